@@ -1,0 +1,63 @@
+# Parallel JAX, the executable book.
+#   make book       set up .venv from the lock and build the site into _build/html
+#   make test       set up, then run every check (pairs, freshness, nbval, site, browser)
+#   make notebooks  sync book/*.md -> notebooks/*.ipynb and execute them (CHAPTERS=01_pmap for one)
+#   make serve      serve the built site on http://localhost:$(PORT)
+# On real accelerators: BOOK_DEVICES=real make test (outputs not compared; every assert still runs).
+SHELL := /bin/bash
+.DEFAULT_GOAL := book
+.PHONY: book site test notebooks serve clean venv lock sysdeps-book sysdeps-test
+
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+PORT    ?= 8000
+CHAPTERS ?= $(patsubst book/%.md,%,$(wildcard book/[0-9][0-9]_*.md))
+# Direct requirements; `make lock` resolves them into requirements.txt.
+TOP_LEVEL := "jax[cpu]==0.12.0.1" jupyter-book==1.0.4.post1 myst-nb jupytext nbval pytest \
+             tabulate graphviz termcolor rich matplotlib selenium ipykernel
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@py="$${PYTHON:-$$(bash tests/find_python.sh)}" || exit 1; \
+	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
+	  echo "$(VENV) has a Python older than 3.12: recreating it"; rm -rf $(VENV); fi; \
+	[ -x $(PY) ] || { echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); }
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	@touch $@
+
+lock:
+	@py="$${PYTHON:-$$(bash tests/find_python.sh)}" || exit 1; rm -rf /tmp/book-lock-venv; \
+	"$$py" -m venv /tmp/book-lock-venv && /tmp/book-lock-venv/bin/pip install -q $(TOP_LEVEL) && \
+	{ echo "# The one lock for the book: every package pinned, transitive ones included."; \
+	  echo "# Regenerate with: make lock (after editing TOP_LEVEL in the Makefile)."; \
+	  /tmp/book-lock-venv/bin/pip freeze; } > requirements.txt
+
+sysdeps-book:
+	@bash tests/system_packages.sh dot:graphviz
+
+sysdeps-test:
+	@bash tests/system_packages.sh dot:graphviz chromium:chromium chromedriver:chromium-driver
+
+site: $(STAMP) sysdeps-book
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	@echo "The site is in $(CURDIR)/_build/html/index.html (make serve shows it on http://localhost:$(PORT))"
+
+book: site
+
+notebooks: $(STAMP) sysdeps-book
+	$(VENV)/bin/jupytext --sync $(addprefix book/,$(addsuffix .md,$(CHAPTERS)))
+	$(PY) tests/execute.py $(addprefix notebooks/,$(addsuffix .ipynb,$(CHAPTERS)))
+
+test: $(STAMP) sysdeps-test
+	$(PY) -m pytest tests/test_sources.py tests/test_bootstrap.py
+	$(PY) -m pytest --nbval --nbval-current-env notebooks tests/test_timing.py
+	$(MAKE) --no-print-directory site
+	$(PY) -m pytest tests/test_browser.py
+
+serve: site
+	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+clean:
+	rm -rf _build

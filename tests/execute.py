@@ -1,0 +1,41 @@
+"""Execute chapter notebooks in place with 8 simulated CPU devices; record each one's seconds.
+
+`make notebooks` calls this after jupytext has synced book/*.md into notebooks/*.ipynb.
+The seconds go to notebooks/execution_times.json, which tests/test_timing.py reads.
+"""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+TIMES = Path(__file__).resolve().parent.parent / "notebooks" / "execution_times.json"
+
+
+def execute(path: Path) -> float:
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    # Cells tagged raises-exception may fail on purpose; any other error stops here.
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.perf_counter() - start
+    nbformat.write(nb, path)
+    return seconds
+
+
+def main(paths: list[str]) -> None:
+    os.environ["JAX_PLATFORMS"] = "cpu"           # the stored outputs are the simulated-CPU ones
+    os.environ.pop("JAX_NUM_CPU_DEVICES", None)   # so the bootstrap's default of 8 applies
+    times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    for p in map(Path, paths):
+        seconds = execute(p)
+        times[p.stem] = round(seconds, 1)
+        print(f"{p}: executed in {seconds:.1f} s")
+    TIMES.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
