@@ -4,6 +4,7 @@
 #   make notebooks  sync book/*.md -> notebooks/*.ipynb and execute them (CHAPTERS=01_pmap for one)
 #   make serve      serve the built site on http://localhost:$(PORT)
 # On real accelerators: BOOK_DEVICES=real make test (outputs not compared; every assert still runs).
+# Every chapter also runs on 4 and 16 simulated devices (OTHER_COUNTS) with outputs not compared.
 SHELL := /bin/bash
 .DEFAULT_GOAL := book
 .PHONY: book site test notebooks serve clean venv lock sysdeps-book sysdeps-test
@@ -12,6 +13,7 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PORT    ?= 8000
+OTHER_COUNTS ?= 4 16
 CHAPTERS ?= $(patsubst book/%.md,%,$(wildcard book/[0-9][0-9]_*.md))
 # Direct requirements; `make lock` resolves them into requirements.txt.
 TOP_LEVEL := "jax[cpu]==0.12.0.1" jupyter-book==1.0.4.post1 myst-nb jupytext nbval pytest \
@@ -53,6 +55,8 @@ notebooks: $(STAMP) sysdeps-book
 test: $(STAMP) sysdeps-test
 	$(PY) -m pytest tests/test_sources.py tests/test_bootstrap.py
 	$(PY) -m pytest --nbval --nbval-current-env notebooks tests/test_timing.py
+	@# Mesh shapes follow the device count: every chapter must also run (asserts and all) on 4 and 16.
+	for k in $(OTHER_COUNTS); do BOOK_DEVICES=$$k $(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks || exit 1; done
 	$(MAKE) --no-print-directory site
 	$(PY) -m pytest tests/test_browser.py
 

@@ -1,0 +1,138 @@
+"""The built site, as a reader's browser shows it: headless Chromium from Debian, driven by Selenium.
+
+Serves _build/html on localhost, opens every page, and checks: no console errors; chapter pages show
+their code outputs, their sharding visualisations and their images; each chapter's Colab button names
+a notebook that exists in this repository; search finds "shard_map". Screenshots go to
+_build/screenshots/.
+"""
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+CHAPTERS = [entry["file"] for entry in TOC.get("chapters", [])]
+PAGES = [TOC["root"]] + CHAPTERS
+RICH_SHARDING = "font-family:Menlo,'DejaVu Sans Mono'"  # the <pre> that visualize_array_sharding renders
+
+
+def notebook_outputs(docname):
+    nb = json.loads((ROOT / f"{docname}.ipynb").read_text())
+    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    images = sum("image/png" in o.get("data", {}) for o in outputs)
+    shardings = sum(RICH_SHARDING in "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
+    return len(outputs), images, shardings
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (SITE / "index.html").exists():
+        pytest.fail("no built site: run `make book` first (make test does)")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SITE))
+    handler.log_message = lambda *args, **kwargs: None  # quiet
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium must never try to download a browser or driver
+    profile = tempfile.mkdtemp(prefix="book-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1280,1600",
+                 f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def load(browser, url):
+    browser.get(url)
+    for _ in range(100):
+        if browser.execute_script("return document.readyState") == "complete":
+            break
+        time.sleep(0.05)
+    return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_page_loads_without_console_errors(server, browser, docname):
+    errors = load(browser, f"{server}/{docname}.html")
+    browser.save_screenshot(str(SHOTS / f"{docname.replace('/', '_')}.png"))
+    assert not errors, f"{docname}: console errors {[e['message'] for e in errors]}"
+    assert browser.find_element("css selector", "article h1").text.strip(), f"{docname}: no visible title"
+
+
+@pytest.mark.parametrize("docname", CHAPTERS)
+def test_chapter_shows_its_outputs(server, browser, docname):
+    from selenium.webdriver.common.by import By
+
+    n_outputs, n_images, n_shardings = notebook_outputs(docname)
+    load(browser, f"{server}/{docname}.html")
+    shown = browser.find_elements(By.CSS_SELECTOR, ".cell_output")
+    assert len(shown) >= 1 and n_outputs >= 1, f"{docname}: no code outputs on the page"
+    # Every stored stream/display output is on the page (streams of one cell are merged).
+    text = " ".join(e.text for e in shown)
+    assert "simulated CPU devices" in text or "real" in text, f"{docname}: bootstrap line missing"
+    rich = [e for e in browser.find_elements(By.CSS_SELECTOR, ".cell_output pre")
+            if RICH_SHARDING.split(":")[1].split(",")[0] in (e.get_attribute("style") or "")]
+    assert len(rich) == n_shardings, f"{docname}: {len(rich)} sharding visualisations shown, {n_shardings} stored"
+    assert all(e.is_displayed() and "CPU 0" in e.text or "TPU 0" in e.text for e in rich)
+    images = browser.find_elements(By.CSS_SELECTOR, ".cell_output img")
+    loaded = [img for img in images if browser.execute_script(
+        "return arguments[0].complete && arguments[0].naturalWidth > 0", img)]
+    assert len(loaded) == n_images, f"{docname}: {len(loaded)} of {n_images} stored images shown"
+
+
+@pytest.mark.parametrize("docname", CHAPTERS)
+def test_colab_button_names_an_existing_notebook(server, browser, docname):
+    from selenium.webdriver.common.by import By
+
+    load(browser, f"{server}/{docname}.html")
+    links = {a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "a[href*='colab.research.google.com']")}
+    assert len(links) == 1, f"{docname}: expected one Colab link, found {links}"
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    repo = config["url"].removeprefix("https://github.com/")
+    match = re.fullmatch(rf"https://colab\.research\.google\.com/github/{re.escape(repo)}/blob/"
+                         rf"{config['branch']}/(.+\.ipynb)", links.pop())
+    assert match, f"{docname}: Colab link does not point at {repo} on branch {config['branch']}"
+    assert match.group(1) == f"{docname}.ipynb" and (ROOT / match.group(1)).exists()
+
+
+def test_search_finds_shard_map(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    errors = load(browser, f"{server}/search.html?q=shard_map")
+    results = WebDriverWait(browser, 20).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "#search-results ul.search li"))
+    browser.save_screenshot(str(SHOTS / "search.png"))
+    assert not errors, [e["message"] for e in errors]
+    assert any("pmap" in r.text for r in results), [r.text for r in results]
