@@ -1,24 +1,26 @@
 # Bootstrap: the same first cell in every chapter. It chooses the devices before JAX starts.
 import os, sys
-MIN_JAX, MIN_REAL, SIMULATED = (0, 12), 4, os.environ.get("JAX_NUM_CPU_DEVICES", "8")
-if SIMULATED not in ("4", "8", "16", "32", "64"):  # JAX reads this variable too: check it first
-    sys.exit(f"JAX_NUM_CPU_DEVICES={SIMULATED!r} makes no sense here: the book simulates 4, 8, 16, 32 "
-             "or 64 CPU devices (8 when the variable is unset).")
+SIMULATED = os.environ.get("JAX_NUM_CPU_DEVICES", "8")   # JAX reads it too: check it first
+if SIMULATED not in ("4", "8", "16", "32", "64"):
+    sys.exit(f"JAX_NUM_CPU_DEVICES={SIMULATED!r} makes no sense here: the book simulates "
+             "4, 8, 16, 32 or 64 CPU devices (8 when the variable is unset).")
 import jax, jax.extend.backend
-if tuple(int(p) for p in jax.__version__.split(".")[:2]) < MIN_JAX:
-    sys.exit(f"This book needs JAX >= 0.12, found {jax.__version__}. Run "
-             '`pip install -U "jax>=0.12"` ("jax[tpu]>=0.12" on a TPU runtime), then restart the runtime.')
+if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 12):
+    sys.exit(f"This book needs JAX >= 0.12, found {jax.__version__}. Run `pip install -U "
+             '"jax>=0.12"` ("jax[tpu]>=0.12" on a TPU runtime), then restart the runtime.')
 why_simulated = ""
-try:  # fails only when JAX already started in this process (the cell ran before): keep its devices
+try:  # raises only if JAX started already (this cell ran before): keep those devices
     jax.config.update("jax_num_cpu_devices", int(SIMULATED))
     found = jax.devices()
     n = len(found)
-    if found[0].platform != "cpu" and (n < MIN_REAL or n & (n - 1)):  # too few, or not a power of 2
-        why_simulated = f" (found {n} {found[0].device_kind}; the book needs 4, 8, 16, ... accelerators)"
+    if found[0].platform != "cpu" and (n < 4 or n & (n - 1)):  # fewer than 4, or not 2^k
+        why_simulated = (f" (found {n} {found[0].device_kind}; "
+                         "the book needs 4, 8, 16, ... accelerators)")
         jax.config.update("jax_platforms", "cpu")
         jax.extend.backend.clear_backends()
 except RuntimeError:
     pass
 devices = jax.devices()
-kind = "simulated CPU devices" if devices[0].platform == "cpu" else f"real {devices[0].device_kind} devices"
+kind = ("simulated CPU devices" if devices[0].platform == "cpu"
+        else f"real {devices[0].device_kind} devices")
 print(f"JAX {jax.__version__} on {jax.default_backend()}: {len(devices)} {kind}{why_simulated}")
