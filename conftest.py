@@ -5,7 +5,6 @@ process's environment, so setting it here decides the devices every chapter's bo
 BOOK_DEVICES (below) switches to another simulated device count or to real accelerators.
 """
 import os
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -41,7 +40,6 @@ def pytest_runtest_logreport(report):
 def pytest_sessionstart(session):
     global _config
     _config = session.config
-    _config.session_start = time.perf_counter()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -56,5 +54,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     from tests.test_timing import limit_for
     rows = [(name, f"{s:.1f}", stored.get(name, "-"), limit_for(name),
              "FAILED" if name in config.notebook_failed else "ok") for name, s in sorted(seconds.items())]
-    terminalreporter.write_sep("-", "chapter execution (seconds, 2 cores, simulated CPU devices)")
+    devices = "real devices" if BOOK_DEVICES == "real" else f"{BOOK_DEVICES or 8} simulated CPU devices"
+    terminalreporter.write_sep("-", f"chapter execution in seconds, {devices}")
     terminalreporter.write_line(tabulate(rows, headers=["chapter", "this run", "make notebooks", "limit", "cells"]))
