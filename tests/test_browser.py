@@ -36,7 +36,7 @@ def notebook_outputs(docname):
     nb = json.loads((ROOT / f"{docname}.ipynb").read_text())
     cells = [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs")]
     outputs = [o for c in cells for o in c["outputs"]]
-    images = sum("image/png" in o.get("data", {}) for o in outputs)
+    images = sum(any(k in o.get("data", {}) for k in ("image/png", "image/svg+xml")) for o in outputs)
     shardings = sum(RICH_SHARDING in "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
     return len(cells), images, shardings
 
