@@ -15,9 +15,11 @@ STAMP   := $(VENV)/.installed
 PORT    ?= 8000
 OTHER_COUNTS ?= 4 16
 CHAPTERS ?= $(patsubst book/%.md,%,$(wildcard book/[0-9][0-9]_*.md))
-# Direct requirements; `make lock` resolves them into requirements.txt.
+# Direct requirements; `make lock` resolves them into requirements.txt, keeping the pins already there
+# (so adding a package moves nothing else); `make lock UPGRADE=1` re-resolves everything.
 TOP_LEVEL := "jax[cpu]==0.12.0.1" jupyter-book==1.0.4.post1 myst-nb jupytext nbval pytest \
-             tabulate graphviz termcolor rich matplotlib selenium ipykernel
+             tabulate graphviz termcolor rich matplotlib selenium ipykernel optax orbax-checkpoint
+UPGRADE ?=
 
 venv: $(STAMP)
 
@@ -31,10 +33,11 @@ $(STAMP): requirements.txt
 
 lock:
 	@py="$${PYTHON:-$$(bash tests/find_python.sh)}" || exit 1; rm -rf /tmp/book-lock-venv; \
-	"$$py" -m venv /tmp/book-lock-venv && /tmp/book-lock-venv/bin/pip install -q $(TOP_LEVEL) && \
+	keep=$$([ -z "$(UPGRADE)" ] && [ -f requirements.txt ] && echo "-c requirements.txt"); \
+	"$$py" -m venv /tmp/book-lock-venv && /tmp/book-lock-venv/bin/pip install -q $$keep $(TOP_LEVEL) && \
 	{ echo "# The one lock for the book: every package pinned, transitive ones included."; \
-	  echo "# Regenerate with: make lock (after editing TOP_LEVEL in the Makefile)."; \
-	  /tmp/book-lock-venv/bin/pip freeze; } > requirements.txt
+	  echo "# Regenerate with: make lock (after editing TOP_LEVEL in the Makefile; UPGRADE=1 to move every pin)."; \
+	  /tmp/book-lock-venv/bin/pip freeze; } > requirements.txt.new && mv requirements.txt.new requirements.txt
 
 sysdeps-book:
 	@bash tests/system_packages.sh dot:graphviz
