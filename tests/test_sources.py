@@ -84,3 +84,64 @@ def test_toc_lists_every_chapter():
 def test_execution_report_covers_every_chapter():
     times = json.loads((ROOT / "notebooks" / "execution_times.json").read_text())
     assert sorted(times) == CHAPTERS, "run `make notebooks` to record every chapter's execution time"
+
+
+def top_level_definitions(name):
+    """(kind, name, source) of every top-level def, class and single-name assignment in a chapter."""
+    import ast
+    from IPython.core.inputtransformer2 import TransformerManager
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    found = []
+    for cell in code_cells(nb)[1:]:                     # the bootstrap is checked on its own
+        source = TransformerManager().transform_cell(cell.source)
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+                text = "\n".join(source.splitlines()[first - 1:node.end_lineno])
+                found.append(("def", node.name, text))
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                found.append(("assign", node.targets[0].id, ast.get_source_segment(source, node)))
+    return found
+
+
+def canonical_helpers():
+    """name -> source of each definition in tests/helpers.py."""
+    return {name: text for kind, name, text in _definitions_in((ROOT / "tests" / "helpers.py").read_text())}
+
+
+def _definitions_in(source):
+    import ast
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            yield "def", node.name, "\n".join(source.splitlines()[first - 1:node.end_lineno])
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            yield "assign", node.targets[0].id, ast.get_source_segment(source, node)
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_shared_helpers_are_the_canonical_ones(name):
+    """A chapter that defines one of the book's shared helpers copies tests/helpers.py exactly."""
+    canonical = canonical_helpers()
+    for kind, helper, text in top_level_definitions(name):
+        if helper in canonical:
+            assert text == canonical[helper], \
+                f"{name}: `{helper}` differs from its one definition in tests/helpers.py; copy that one"
+
+
+# Each chapter's single-device reference model goes by these names (house style: `mlp`, `loss`, ...).
+CHAPTER_MODELS = {"mlp", "loss", "train"}
+
+
+def test_one_definition_per_function_name_across_chapters():
+    """A function name means one thing in the whole book: defined in two chapters, it is the same code;
+    and a name defined as a function in one chapter is not a plain value in another."""
+    defs, values = {}, {}
+    for name in CHAPTERS:
+        for kind, helper, text in top_level_definitions(name):
+            (defs if kind == "def" else values).setdefault(helper, {}).setdefault(text, []).append(name)
+    clashes = [f"`{h}` has {len(v)} different definitions (in {sorted({c for cs in v.values() for c in cs})})"
+               for h, v in defs.items() if h not in CHAPTER_MODELS and len(v) > 1 and len({c for cs in v.values() for c in cs}) > 1]
+    clashes += [f"`{h}` is a function in {sorted({c for cs in defs[h].values() for c in cs})} and a value in "
+                f"{sorted({c for cs in v.values() for c in cs})}" for h, v in values.items() if h in defs]
+    assert not clashes, "; ".join(clashes)

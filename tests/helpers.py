@@ -1,0 +1,79 @@
+"""The book's shared helpers: the one definition of each.
+
+Chapters stay self-contained (Colab opens one notebook, not the repository), so a chapter that needs
+one of these copies its definition into a code cell. tests/test_sources.py checks that every copy is
+identical to the definition here, and that no other name is defined two different ways across
+chapters. tests/test_helpers.py tests the definitions themselves.
+"""
+import contextlib
+import os
+import platform
+import re
+import statistics
+import time
+
+import jax
+
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+
+
+def count_collectives(compiled) -> dict:
+    """How many of each collective a compiled program contains, zeros left out (async ops count once)."""
+    hlo = compiled.as_text()
+    counts = {op: len(re.findall(rf"\b{op}(?:-start)?\(", hlo)) for op in COLLECTIVES}
+    return {op: k for op, k in counts.items() if k}
+
+
+@contextlib.contextmanager
+def expect_error(*expected: type):
+    """The block must raise one of `expected`: print it as `Type: message`, as JAX worded it.
+    The notebook's temporary file for the cell is shown as <cell>, installed files from site-packages."""
+    try:
+        yield
+    except expected as err:
+        message = re.sub(r"\S*ipykernel_\d+[/\\]\d+\.py", "<cell>", str(err))
+        message = re.sub(r"\S*[/\\]site-packages[/\\]", "", message)
+        print(f"{type(err).__name__}: {message}")
+    else:
+        raise AssertionError(f"expected {' or '.join(e.__name__ for e in expected)}; nothing was raised")
+
+
+def check_divides(what: str, size: int, axis: str, mesh) -> None:
+    """Raise a ValueError naming the dimension and the mesh axis unless `size` splits evenly."""
+    if size % mesh.shape[axis]:
+        raise ValueError(f"{what} = {size} does not divide over mesh axis {axis!r} of size {mesh.shape[axis]}")
+
+
+def median_ms(fn, *args, runs=7) -> float:
+    """Median milliseconds of `runs` calls after one warm-up call (which also compiles)."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def hardware() -> str:
+    """What timings ran on, in words: the accelerators, or the CPU the simulated devices share."""
+    devices = jax.devices()
+    if devices[0].platform != "cpu":
+        return f"{len(devices)} x {devices[0].device_kind}"
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "an unnamed CPU"
+    return f"{len(devices)} simulated devices sharing {os.cpu_count()} cores of {model}"
+
+
+def show_graph(graph):
+    """Draw a graphviz graph as SVG; without Graphviz's `dot` program, say how to install it instead."""
+    import graphviz
+    from IPython.display import SVG, display
+    try:
+        display(SVG(graph.pipe(format="svg", encoding="utf-8")))
+    except graphviz.ExecutableNotFound:
+        print("This graph needs Graphviz's `dot` program, which is not installed: install Graphviz "
+              "(`apt-get install graphviz`, `brew install graphviz` or `conda install graphviz`) to see it.")
