@@ -4,7 +4,9 @@
 #   make notebooks  sync book/*.md -> notebooks/*.ipynb and execute them (CHAPTERS=01_pmap for one)
 #   make serve      serve the built site on http://localhost:$(PORT)
 # On real accelerators: BOOK_DEVICES=real make test (outputs not compared; every assert still runs).
-# Every chapter also runs on 4 and 16 simulated devices (OTHER_COUNTS) with outputs not compared.
+# Every chapter also runs on 4 and 16 simulated devices (OTHER_COUNTS) with outputs not compared, and
+# once more on 8 with outputs compared on other CPU code paths (BOOK_CPU=varied). Chapter times are
+# reported after each run and appended to bench/chapter-times.jsonl; only a gross regression fails.
 SHELL := /bin/bash
 .DEFAULT_GOAL := book
 .PHONY: book site test notebooks serve clean venv lock sysdeps-book sysdeps-test
@@ -56,8 +58,11 @@ notebooks: $(STAMP) sysdeps-book
 	$(PY) tests/execute.py $(addprefix notebooks/,$(addsuffix .ipynb,$(CHAPTERS)))
 
 test: $(STAMP) sysdeps-test
-	$(PY) -m pytest tests/test_sources.py tests/test_bootstrap.py
+	$(PY) -m pytest tests/test_sources.py tests/test_outputs.py tests/test_helpers.py tests/test_bootstrap.py
 	$(PY) -m pytest --nbval --nbval-current-env notebooks tests/test_timing.py
+	@# Stored outputs must not depend on the CPU: compare strictly again on other CPU code paths
+	@# (BOOK_CPU=varied, see conftest.py), so a digit that differs between Intel and AMD fails on either.
+	BOOK_CPU=varied $(PY) -m pytest -q --nbval --nbval-current-env notebooks
 	@# Mesh shapes follow the device count: every chapter must also run (asserts and all) on 4 and 16.
 	for k in $(OTHER_COUNTS); do BOOK_DEVICES=$$k $(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks || exit 1; done
 	$(MAKE) --no-print-directory site

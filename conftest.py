@@ -2,17 +2,29 @@
 
 `make test` runs nbval on notebooks/ with the kernel in this environment. Kernels inherit this
 process's environment, so setting it here decides the devices every chapter's bootstrap sees.
-BOOK_DEVICES (below) switches to another simulated device count or to real accelerators.
+BOOK_DEVICES (below) switches to another simulated device count or to real accelerators;
+BOOK_CPU=varied runs the kernels on other CPU code paths than the default ones (see VARIED_CPU).
 """
+import datetime
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+RECORD = ROOT / "bench" / "chapter-times.jsonl"
 # BOOK_DEVICES: unset = 8 simulated CPU devices, outputs compared with the stored ones;
 # "4", "16", ... = that many simulated devices; "real" = the accelerators present. The last two run
 # every cell and every assert but compare no outputs (device counts, names and timings differ).
 BOOK_DEVICES = os.environ.get("BOOK_DEVICES", "")
+# Stored outputs must not depend on the CPU. A run with BOOK_CPU=varied executes the chapters on
+# other code paths than a default run on the same machine takes, and compares outputs strictly:
+# numpy's OpenBLAS uses its SSE-era Nehalem kernels instead of the ones it picks for this CPU (AVX2,
+# AVX-512: their summation order differs), XLA generates code for SSE4.2 at most, and XLA's Eigen
+# matmuls run on one thread. A printed digit that changes between two CPUs changes here too.
+VARIED_CPU = {"OPENBLAS_CORETYPE": "Nehalem",
+              "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_cpu_multi_thread_eigen=false"}
+BOOK_CPU = os.environ.get("BOOK_CPU", "")
 
 
 def pytest_configure(config):
@@ -23,10 +35,34 @@ def pytest_configure(config):
         os.environ.pop("JAX_NUM_CPU_DEVICES", None)   # stored outputs are for the default 8
         if BOOK_DEVICES:
             os.environ["JAX_NUM_CPU_DEVICES"] = BOOK_DEVICES
+    if BOOK_CPU == "varied":
+        os.environ.update(VARIED_CPU)
+    elif BOOK_CPU:
+        raise ValueError(f"BOOK_CPU={BOOK_CPU!r}: the only setting is BOOK_CPU=varied")
     if getattr(config.option, "nbval_sanitize_with", None) is None and hasattr(config.option, "nbval"):
         config.option.nbval_sanitize_with = str(ROOT / "tests" / "nbval_sanitize.cfg")
-    config.notebook_seconds = defaultdict(float)  # chapter -> seconds nbval spent on it
+    config.notebook_seconds = defaultdict(float)      # chapter -> wall seconds nbval spent on it
+    config.notebook_cpu_seconds = {}                  # chapter -> CPU seconds of its kernel process
     config.notebook_failed = set()
+    config.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def kernel_cpu_seconds(item):
+    """User + system CPU seconds of the notebook's kernel process so far (all its threads), or None.
+    Unlike wall time this hardly moves when other programs load the machine."""
+    try:
+        pid = item.parent.kernel.km.provisioner.process.pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+
+
+def pytest_runtest_makereport(item, call):
+    if call.when == "call" and item.nodeid.split("::")[0].endswith(".ipynb"):
+        cpu = kernel_cpu_seconds(item)
+        if cpu is not None:
+            item.config.notebook_cpu_seconds[Path(item.nodeid.split("::")[0]).stem] = cpu
 
 
 def pytest_runtest_logreport(report):
@@ -42,18 +78,44 @@ def pytest_sessionstart(session):
     _config = session.config
 
 
+def run_label() -> str:
+    devices = "real devices" if BOOK_DEVICES == "real" else f"{BOOK_DEVICES or 8} simulated CPU devices"
+    return devices + (", varied CPU code paths" if BOOK_CPU else "")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        import platform
+        return platform.processor() or "unknown CPU"
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """After nbval: a table of each chapter's seconds (this run, and when `make notebooks` stored it)."""
+    """After nbval: each chapter's seconds against its budget, printed and appended to the record."""
     seconds = getattr(config, "notebook_seconds", {})
     if not seconds:
         return
-    import json
     from tabulate import tabulate
+    from tests.test_timing import budget_for, verdict
     times = ROOT / "notebooks" / "execution_times.json"
     stored = json.loads(times.read_text()) if times.exists() else {}
-    from tests.test_timing import limit_for
-    rows = [(name, f"{s:.1f}", stored.get(name, "-"), limit_for(name),
+    cpu = config.notebook_cpu_seconds
+    rows = [(name, f"{s:.1f}", f"{cpu[name]:.1f}" if name in cpu else "-", stored.get(name, "-"),
+             budget_for(name), verdict(name, s, cpu.get(name)),
              "FAILED" if name in config.notebook_failed else "ok") for name, s in sorted(seconds.items())]
-    devices = "real devices" if BOOK_DEVICES == "real" else f"{BOOK_DEVICES or 8} simulated CPU devices"
-    terminalreporter.write_sep("-", f"chapter execution in seconds, {devices}")
-    terminalreporter.write_line(tabulate(rows, headers=["chapter", "this run", "make notebooks", "limit", "cells"]))
+    load = (config.load_at_start, os.getloadavg()[0]) if config.load_at_start is not None else None
+    terminalreporter.write_sep("-", f"chapter execution in seconds, {run_label()}")
+    terminalreporter.write_line(tabulate(rows, headers=["chapter", "wall", "kernel CPU", "make notebooks",
+                                                        "budget", "time", "cells"]))
+    terminalreporter.write_line(f"{cpu_model()}, {os.cpu_count()} cores"
+                                + (f", load average {load[0]:.1f} at the start, {load[1]:.1f} at the end" if load else "")
+                                + f"; record: {RECORD.relative_to(ROOT)}")
+    RECORD.parent.mkdir(exist_ok=True)
+    with RECORD.open("a") as record:
+        record.write(json.dumps({
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "run": run_label(), "cpu": cpu_model(), "cores": os.cpu_count(), "load": load,
+            "chapters": {name: {"wall": round(s, 1), "cpu": round(cpu[name], 1) if name in cpu else None}
+                         for name, s in sorted(seconds.items())}}) + "\n")

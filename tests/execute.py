@@ -5,6 +5,7 @@ The seconds go to notebooks/execution_times.json, which tests/test_timing.py rea
 """
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,18 @@ import nbformat
 from nbclient import NotebookClient
 
 TIMES = Path(__file__).resolve().parent.parent / "notebooks" / "execution_times.json"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_terminal_colours(nb) -> None:
+    """rich (jax.debug.visualize_array_sharding) displays HTML plus a plain-text copy coloured with
+    terminal escape codes. The site and Colab show the HTML; the stored plain text is kept plain.
+    tests/nbval_sanitize.cfg drops the same codes when nbval compares a fresh run with it."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "text/html" in data and "text/plain" in data:
+                data["text/plain"] = ANSI.sub("", data["text/plain"])
 
 
 def execute(path: Path) -> float:
@@ -22,6 +35,7 @@ def execute(path: Path) -> float:
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     seconds = time.perf_counter() - start
+    strip_terminal_colours(nb)
     nbformat.write(nb, path)
     return seconds
 

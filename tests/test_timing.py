@@ -1,18 +1,44 @@
-"""Each chapter executes within its time limit. Runs in the same pytest session as nbval (see Makefile),
-which measures every chapter as it executes it, kernel start included."""
+"""Chapter times are a benchmark: reported and recorded every run, failing only on a gross regression.
+
+Runs in the same pytest session as nbval (see Makefile), which measures every chapter as it executes
+it, kernel start included. Each chapter has a budget in wall seconds on the 2-core machine with 8
+simulated devices. Over budget is reported; the test fails only when a chapter takes more than
+GROSS times its budget both in wall seconds and in its kernel's CPU seconds. A busy machine
+stretches wall time, not the CPU time the chapter itself uses, so load alone does not fail it.
+"""
 import pytest
 
-DEFAULT_LIMIT = 30          # seconds per chapter on the 2-core machine with 8 simulated devices
-LIMITS = {"05_transformer": 60}   # chapter -> seconds, for the few allowed more
+DEFAULT_BUDGET = 30          # seconds per chapter on the 2-core machine with 8 simulated devices
+BUDGETS = {"05_transformer": 60, "06_multihost": 60, "07_moe": 60}   # the few allowed more
+GROSS = 2                    # a regression this many times the budget fails the suite
 
 
-def limit_for(name: str) -> int:
-    return LIMITS.get(name, DEFAULT_LIMIT)
+def budget_for(name: str) -> int:
+    return BUDGETS.get(name, DEFAULT_BUDGET)
 
 
-def test_every_chapter_within_its_limit(request):
+def grossly_over(name: str, wall: float, cpu: float | None) -> bool:
+    limit = GROSS * budget_for(name)
+    return wall > limit and (cpu is None or cpu > limit)
+
+
+def verdict(name: str, wall: float, cpu: float | None) -> str:
+    if grossly_over(name, wall, cpu):
+        return f"REGRESSION (> {GROSS}x budget)"
+    return "over budget" if wall > budget_for(name) else "ok"
+
+
+def test_no_chapter_grossly_over_budget(request):
     seconds = getattr(request.config, "notebook_seconds", {})
     if not seconds:
         pytest.skip("no notebook ran in this session: run with --nbval notebooks/ (as `make test` does)")
-    slow = {name: round(s, 1) for name, s in seconds.items() if s > limit_for(name)}
-    assert not slow, f"chapters over their time limit (seconds): {slow}"
+    cpu = request.config.notebook_cpu_seconds
+    slow = {name: (round(s, 1), cpu.get(name)) for name, s in seconds.items() if grossly_over(name, s, cpu.get(name))}
+    assert not slow, f"chapters over {GROSS}x their budget in (wall, kernel CPU) seconds: {slow}"
+
+
+@pytest.mark.parametrize("wall, cpu, expected", [
+    (25, 30, "ok"), (45, 40, "over budget"), (75, 40, "over budget"),   # busy machine: wall only
+    (75, 70, "REGRESSION (> 2x budget)"), (75, None, "REGRESSION (> 2x budget)")])
+def test_verdicts(wall, cpu, expected):
+    assert verdict("01_pmap", wall, cpu) == expected
