@@ -19,9 +19,14 @@ RECORD = ROOT / "bench" / "chapter-times.jsonl"
 BOOK_DEVICES = os.environ.get("BOOK_DEVICES", "")
 # Stored outputs must not depend on the CPU. A run with BOOK_CPU=varied executes the chapters on
 # other code paths than a default run on the same machine takes, and compares outputs strictly:
-# numpy's OpenBLAS uses its SSE-era Nehalem kernels instead of the ones it picks for this CPU (AVX2,
-# AVX-512: their summation order differs), XLA generates code for SSE4.2 at most, and XLA's Eigen
-# matmuls run on one thread. A printed digit that changes between two CPUs changes here too.
+# - XLA generates code for SSE4.2 at most: its vectorised tanh, exp, ... then round differently in
+#   the last bits, as they do between AVX-512 and AVX2 machines (seen: a hash of jnp.tanh over 2^20
+#   floats changes);
+# - numpy's OpenBLAS uses its SSE-era Nehalem kernels instead of those it picks for this CPU (their
+#   summation order differs: numpy's float32 `a @ w` changes in the last bits);
+# - XLA's Eigen matmuls run on one thread, as a machine with another core count may split them.
+# A printed digit that changes between two CPUs changes here too. Not covered: XLA's own matmul
+# kernels, which no flag moves; chapters print bounds rather than digits of such results anyway.
 VARIED_CPU = {"OPENBLAS_CORETYPE": "Nehalem",
               "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_cpu_multi_thread_eigen=false"}
 BOOK_CPU = os.environ.get("BOOK_CPU", "")
