@@ -62,14 +62,14 @@ def task_hybrid():
         return jnp.mean(jnp.matmul(h, w2, out_sharding=NamedSharding(mesh, P("data", None))) ** 2)
 
     compiled = jax.jit(jax.grad(loss_tp, argnums=(0, 1))).lower(w1, w2, x).compile()
-    found = [[op, crosses_processes(line, mesh)] for line in compiled.as_text().splitlines()
+    found = [[op, *group_span(line, mesh)] for line in compiled.as_text().splitlines()
              for op in re.findall(r"\b(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)"
                                   r"(?:-start)?\(.*(?:replica_groups|source_target_pairs)=", line)]
     report("hybrid", processes=[[d.process_index for d in row] for row in mesh.devices], collectives=found)
 
 
-def crosses_processes(line, mesh):
-    """Whether one collective in HLO text joins devices of more than one process."""
+def group_span(line, mesh):
+    """For one collective in HLO text: devices per group, and whether a group spans processes."""
     spec = re.search(r"(?:replica_groups|source_target_pairs)=(mesh\[.*?\] \{.*?\}|"
                      r"\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?|\{[\d,{}]*\})", line).group(1)
     positions = np.arange(mesh.size).reshape(mesh.devices.shape)
@@ -82,7 +82,7 @@ def crosses_processes(line, mesh):
         groups = np.arange(np.prod(dims)).reshape(dims).transpose(*perm).reshape(shape).tolist()
     else:                                            # {{0,1},{2,3}}
         groups = [[int(d) for d in g.split(",")] for g in re.findall(r"\{([\d,]+)\}", spec)]
-    return any(len({mesh.devices.flat[i].process_index for i in g}) > 1 for g in groups)
+    return len(groups[0]), any(len({mesh.devices.flat[i].process_index for i in g}) > 1 for g in groups)
 
 
 def batch_rows(step, rows):
