@@ -20,7 +20,7 @@ CHAPTERS ?= $(patsubst book/%.md,%,$(wildcard book/[0-9][0-9]_*.md))
 # Direct requirements; `make lock` resolves them into requirements.txt, keeping the pins already there
 # (so adding a package moves nothing else); `make lock UPGRADE=1` re-resolves everything.
 TOP_LEVEL := "jax[cpu]==0.12.0.1" jupyter-book==1.0.4.post1 myst-nb jupytext nbval pytest \
-             tabulate graphviz termcolor rich matplotlib selenium ipykernel optax orbax-checkpoint
+             tabulate graphviz rich matplotlib selenium ipykernel optax orbax-checkpoint
 UPGRADE ?=
 
 venv: $(STAMP)
