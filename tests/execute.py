@@ -31,7 +31,7 @@ def strip_terminal_colours(nb) -> None:
 def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    # Cells tagged raises-exception may fail on purpose; any other error stops here.
+    # Any error stops here (errors shown on purpose are caught in the cell by expect_error).
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     seconds = time.perf_counter() - start
