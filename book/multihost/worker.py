@@ -16,7 +16,8 @@ from jax.sharding import NamedSharding
 args = json.loads(sys.argv[1])       # port, processes, process_id, local_devices, join_timeout, ...
 jax.config.update("jax_num_cpu_devices", args["local_devices"])  # simulated devices of this process
 jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
-jax.distributed.initialize(coordinator_address=f"127.0.0.1:{args['port']}",
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{args['port']}",  # process 0 serves here
+                           coordinator_bind_address=f"127.0.0.1:{args['port']}",  # loopback only
                            num_processes=args["processes"], process_id=args["process_id"],
                            initialization_timeout=args["join_timeout"])
 STATE = {}                           # what one task leaves for the next
