@@ -3,6 +3,10 @@
 Sphinx 7.4 keeps two copies of sphinx-thebe's inline configuration script (`const THEBE_JS_URL = ...`):
 its filename is None in one copy and "" in the other, so Sphinx does not see them as equal. The second copy throws
 "Identifier 'THEBE_JS_URL' has already been declared" in every page's console. Drop exact duplicates.
+
+myst-nb has Sphinx add MathJax (from a CDN) to every page, math or not. The book writes its formulas
+as code, so no page needs it: drop it from pages without equations, so that the site loads nothing
+from the network (the browser check runs offline) and a page with math still gets it.
 """
 
 
@@ -15,7 +19,14 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
         if key not in seen:
             seen.add(key)
             unique.append(script)
+    if not app.env.get_domain("math").has_equations(pagename):
+        unique = [script for script in unique if not _is_mathjax(script)]
     context["script_files"] = unique
+
+
+def _is_mathjax(script) -> bool:
+    body = getattr(script, "attributes", {}).get("body", "")
+    return "mathjax" in str(script).lower() or "window.MathJax" in body
 
 
 def setup(app):
