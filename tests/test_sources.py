@@ -147,3 +147,17 @@ def test_one_definition_per_function_name_across_chapters():
     clashes += [f"`{h}` is a function in {sorted({c for cs in defs[h].values() for c in cs})} and a value in "
                 f"{sorted({c for cs in v.values() for c in cs})}" for h, v in values.items() if h in defs]
     assert not clashes, "; ".join(clashes)
+
+
+def test_no_merge_conflict_markers():
+    """A conflict resolved in a hurry can leave its markers behind (bench/README.md once did)."""
+    import subprocess
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    markers = ("<" * 7 + " ", ">" * 7 + " ")           # "=======" alone can be a Markdown heading rule
+    found = [f"{path}:{number}" for path in tracked
+             if (ROOT / path).suffix in {".md", ".py", ".txt", ".yml", ".toml", ".cfg", ".json"}
+             for number, line in enumerate((ROOT / path).read_text(errors="replace").splitlines(), 1)
+             if line.startswith(markers)]
+    assert not found, f"merge conflict markers at {found}"
