@@ -1,4 +1,4 @@
-# worker.py: one process of a multi-process JAX program (chapter 6). It joins the others over
+# worker.py: one process of a multi-process JAX program (chapter 7). It joins the others over
 # loopback, runs the tasks named in its JSON argument, and prints one JSON line per result.
 import json
 import os
