@@ -9,7 +9,7 @@ stretches wall time, not the CPU time the chapter itself uses, so load alone doe
 import pytest
 
 DEFAULT_BUDGET = 30          # seconds per chapter on the 2-core machine with 8 simulated devices
-# Chapter 5 compiles the gradient of seven layouts, chapter 6 five training steps and initialisers
+# Chapter 5 compiles the gradient of seven layouts, chapter 6 three training steps and an initialiser
 # (each 24-33 s on the idle 2-core machine, kernel start included); chapter 7 starts 2-4 worker
 # processes, each importing JAX.
 BUDGETS = {"05_transformer": 35, "06_training": 35, "07_multihost": 60}
