@@ -4,7 +4,7 @@
 #   make notebooks  sync book/*.md -> notebooks/*.ipynb and execute them (CHAPTERS=01_pmap for one)
 #   make serve      serve the built site on http://localhost:$(PORT)
 # On real accelerators: BOOK_DEVICES=real make test (outputs not compared; every assert still runs).
-# Every chapter also runs on 4 and 16 simulated devices (OTHER_COUNTS) with outputs not compared, and
+# Every chapter also runs on 4 and 64 simulated devices (OTHER_COUNTS) with outputs not compared, and
 # once more on 8 with outputs compared on other CPU code paths (BOOK_CPU=varied). Chapter times are
 # reported after each run and appended to bench/chapter-times.jsonl; only a gross regression fails.
 SHELL := /bin/bash
@@ -15,12 +15,13 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PORT    ?= 8000
-OTHER_COUNTS ?= 4 16
+OTHER_COUNTS ?= 4 64
 CHAPTERS ?= $(patsubst book/%.md,%,$(wildcard book/[0-9][0-9]_*.md))
 # Direct requirements; `make lock` resolves them into requirements.txt, keeping the pins already there
 # (so adding a package moves nothing else); `make lock UPGRADE=1` re-resolves everything.
 TOP_LEVEL := "jax[cpu]==0.12.0.1" jupyter-book==1.0.4.post1 myst-nb jupytext nbval pytest \
-             tabulate graphviz rich matplotlib selenium ipykernel optax orbax-checkpoint
+             tabulate graphviz rich matplotlib selenium ipykernel optax orbax-checkpoint \
+             termcolor ruff jupyter-server-mathjax cryptography
 UPGRADE ?=
 
 venv: $(STAMP)
@@ -58,12 +59,14 @@ notebooks: $(STAMP) sysdeps-book
 	$(PY) tests/execute.py $(addprefix notebooks/,$(addsuffix .ipynb,$(CHAPTERS)))
 
 test: $(STAMP) sysdeps-test
+	@# The linter (configuration in ruff.toml): code lines of at most 88 characters, and more.
+	$(VENV)/bin/ruff check notebooks tests conftest.py bench _ext
 	$(PY) -m pytest tests/test_sources.py tests/test_outputs.py tests/test_helpers.py tests/test_bootstrap.py
 	$(PY) -m pytest --nbval --nbval-current-env notebooks tests/test_timing.py
 	@# Stored outputs must not depend on the CPU: compare strictly again on other CPU code paths
 	@# (BOOK_CPU=varied, see conftest.py), so a digit that differs between Intel and AMD fails on either.
 	BOOK_CPU=varied $(PY) -m pytest -q --nbval --nbval-current-env notebooks
-	@# Mesh shapes follow the device count: every chapter must also run (asserts and all) on 4 and 16.
+	@# Mesh shapes follow the device count: every chapter must also run (asserts and all) on 4 and 64.
 	for k in $(OTHER_COUNTS); do BOOK_DEVICES=$$k $(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks || exit 1; done
 	$(MAKE) --no-print-directory site
 	$(PY) -m pytest tests/test_browser.py

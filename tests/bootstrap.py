@@ -1,19 +1,26 @@
-# Bootstrap: the same first cell in every chapter. It chooses the devices before JAX starts.
-import os, sys
-SIMULATED = os.environ.get("JAX_NUM_CPU_DEVICES", "8")   # JAX reads it too: check it first
+# Bootstrap, the first cell of every chapter: it picks the devices before JAX starts.
+import os
+import sys
+
+# JAX reads this variable too: check it first.
+SIMULATED = os.environ.get("JAX_NUM_CPU_DEVICES", "8")
 if SIMULATED not in ("4", "8", "16", "32", "64"):
-    sys.exit(f"JAX_NUM_CPU_DEVICES={SIMULATED!r} makes no sense here: the book simulates "
-             "4, 8, 16, 32 or 64 CPU devices (8 when the variable is unset).")
-import jax, jax.extend.backend
+    sys.exit(f"JAX_NUM_CPU_DEVICES={SIMULATED!r} makes no sense here: the book "
+             "simulates 4, 8, 16, 32 or 64 CPU devices (8 when the variable is unset).")
+import jax
+import jax.extend.backend
+
 if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 12):
-    sys.exit(f"This book needs JAX >= 0.12, found {jax.__version__}. Run `pip install -U "
-             '"jax>=0.12"` ("jax[tpu]>=0.12" on a TPU runtime), then restart the runtime.')
+    sys.exit(f"This book needs JAX >= 0.12, found {jax.__version__}. Run "
+             '`pip install -U "jax>=0.12"` ("jax[tpu]>=0.12" on a TPU runtime), '
+             "then restart the runtime.")
 why_simulated = ""
 try:  # raises only if JAX started already (this cell ran before): keep those devices
     jax.config.update("jax_num_cpu_devices", int(SIMULATED))
     found = jax.devices()
     n = len(found)
-    if found[0].platform != "cpu" and (n < 4 or n & (n - 1)):  # fewer than 4, or not 2^k
+    # Real accelerators serve when there are 4, 8, 16, ... of them.
+    if found[0].platform != "cpu" and (n < 4 or n & (n - 1)):
         why_simulated = (f" (found {n} {found[0].device_kind}; "
                          "the book needs 4, 8, 16, ... accelerators)")
         jax.config.update("jax_platforms", "cpu")
@@ -23,4 +30,5 @@ except RuntimeError:
 devices = jax.devices()
 kind = ("simulated CPU devices" if devices[0].platform == "cpu"
         else f"real {devices[0].device_kind} devices")
-print(f"JAX {jax.__version__} on {jax.default_backend()}: {len(devices)} {kind}{why_simulated}")
+print(f"JAX {jax.__version__} on {jax.default_backend()}: "
+      f"{len(devices)} {kind}{why_simulated}")

@@ -1,9 +1,10 @@
 """The book's shared helpers: the one definition of each.
 
-Chapters stay self-contained (Colab opens one notebook, not the repository), so a chapter that needs
-one of these copies its definition into a code cell. tests/test_sources.py checks that every copy is
-identical to the definition here, and that no other name is defined two different ways across
-chapters. tests/test_helpers.py tests the definitions themselves.
+Chapters stay self-contained (Colab opens one notebook, not the repository), so a
+chapter that needs one of these copies its definition into a code cell.
+tests/test_sources.py checks that every copy is identical to the definition here, and
+that no other name is defined two different ways across chapters. tests/test_helpers.py
+tests the definitions themselves.
 """
 import contextlib
 import os
@@ -13,12 +14,19 @@ import statistics
 import time
 
 import jax
+from termcolor import colored
 
-COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+# Figures only the CPU compiler fixes (exact collective counts, replica-group text) are
+# asserted when this holds; what must hold everywhere is asserted always.
+ON_CPU = jax.default_backend() == "cpu"
+
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute",
+               "all-to-all")
 
 
 def count_collectives(compiled) -> dict:
-    """How many of each collective a compiled program contains, zeros left out (async ops count once)."""
+    """How many of each collective a compiled program contains, zeros left out
+    (an asynchronous start/done pair counts once)."""
     hlo = compiled.as_text()
     counts = {op: len(re.findall(rf"\b{op}(?:-start)?\(", hlo)) for op in COLLECTIVES}
     return {op: k for op, k in counts.items() if k}
@@ -26,26 +34,31 @@ def count_collectives(compiled) -> dict:
 
 @contextlib.contextmanager
 def expect_error(*expected: type):
-    """The block must raise one of `expected`: print it as `Type: message`, as JAX worded it.
-    The notebook's temporary file for the cell is shown as <cell>, installed files from site-packages."""
+    """The block must raise one of `expected`: print it once as `Type: message`, the
+    type in red (forced, so the stored bytes are the same on every machine and
+    terminal), the message as JAX worded it, with the cell's temporary file shown as
+    <cell> and installed files relative to site-packages."""
     try:
         yield
     except expected as err:
         message = re.sub(r"\S*ipykernel_\d+[/\\]\d+\.py", "<cell>", str(err))
         message = re.sub(r"\S*[/\\]site-packages[/\\]", "", message)
-        print(f"{type(err).__name__}: {message}")
+        print(f"{colored(type(err).__name__, 'red', force_color=True)}: {message}")
     else:
-        raise AssertionError(f"expected {' or '.join(e.__name__ for e in expected)}; nothing was raised")
+        names = " or ".join(e.__name__ for e in expected)
+        raise AssertionError(f"expected {names}; nothing was raised")
 
 
 def check_divides(what: str, size: int, axis: str, mesh) -> None:
-    """Raise a ValueError naming the dimension and the mesh axis unless `size` splits evenly."""
+    """Raise a ValueError naming the dimension and the mesh axis unless `size` splits
+    evenly over it."""
     if size % mesh.shape[axis]:
-        raise ValueError(f"{what} = {size} does not divide over mesh axis {axis!r} of size {mesh.shape[axis]}")
+        raise ValueError(f"{what} = {size} does not divide over mesh axis {axis!r} "
+                         f"of size {mesh.shape[axis]}")
 
 
 def median_ms(fn, *args, runs=7) -> float:
-    """Median milliseconds of `runs` calls after one warm-up call (which also compiles)."""
+    """Median milliseconds of `runs` calls after a warm-up call (that also compiles)."""
     jax.block_until_ready(fn(*args))
     times = []
     for _ in range(runs):
@@ -55,25 +68,34 @@ def median_ms(fn, *args, runs=7) -> float:
     return 1000 * statistics.median(times)
 
 
+def cpu_model() -> str:
+    """The processor's model name, as the operating system reports it."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "an unnamed CPU"
+
+
 def hardware() -> str:
-    """What timings ran on, in words: the accelerators, or the CPU the simulated devices share."""
+    """What timings ran on, in words: the accelerators, or the CPU the simulated devices
+    share."""
     devices = jax.devices()
     if devices[0].platform != "cpu":
         return f"{len(devices)} x {devices[0].device_kind}"
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or "an unnamed CPU"
-    return f"{len(devices)} simulated devices sharing {os.cpu_count()} cores of {model}"
+    return (f"{len(devices)} simulated devices sharing {os.cpu_count()} cores "
+            f"of {cpu_model()}")
 
 
 def show_graph(graph):
-    """Draw a graphviz graph as SVG; without Graphviz's `dot` program, say how to install it instead."""
+    """Draw a graphviz graph as SVG; without Graphviz's `dot` program, say how to
+    install it instead."""
     import graphviz
     from IPython.display import SVG, display
     try:
         display(SVG(graph.pipe(format="svg", encoding="utf-8")))
     except graphviz.ExecutableNotFound:
-        print("This graph needs Graphviz's `dot` program, which is not installed: install Graphviz "
-              "(`apt-get install graphviz`, `brew install graphviz` or `conda install graphviz`) to see it.")
+        print("This graph needs Graphviz's `dot` program, which is not installed: "
+              "install Graphviz (`apt-get install graphviz`, `brew install graphviz` "
+              "or `conda install graphviz`) to see it.")
