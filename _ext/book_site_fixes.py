@@ -1,13 +1,34 @@
 """Site fixes for the pinned Jupyter Book 1.x stack.
 
-Sphinx 7.4 keeps two copies of sphinx-thebe's inline configuration script (`const THEBE_JS_URL = ...`):
-its filename is None in one copy and "" in the other, so Sphinx does not see them as equal. The second copy throws
-"Identifier 'THEBE_JS_URL' has already been declared" in every page's console. Drop exact duplicates.
+Sphinx 7.4 keeps two copies of sphinx-thebe's inline configuration script
+(`const THEBE_JS_URL = ...`): its filename is None in one copy and "" in the other, so
+Sphinx does not see them as equal. The second copy throws "Identifier 'THEBE_JS_URL' has
+already been declared" in every page's console. Drop exact duplicates.
 
-myst-nb has Sphinx add MathJax (from a CDN) to every page, math or not. The book writes its formulas
-as code, so no page needs it: drop it from pages without equations, so that the site loads nothing
-from the network (the browser check runs offline) and a page with math still gets it.
+Formulas are typeset offline. Sphinx loads MathJax from a CDN by default; the site serves
+MathJax 2.7 itself instead, from the pinned `jupyter-server-mathjax` package (in the lock),
+copied into `_static/mathjax` (see `_config.yml`: `mathjax_path`, `mathjax2_config`). Pages
+without equations load no MathJax at all.
 """
+import importlib.util
+import shutil
+from pathlib import Path
+
+
+def mathjax_source() -> Path:
+    """The MathJax 2.7 tree that jupyter-server-mathjax ships."""
+    spec = importlib.util.find_spec("jupyter_server_mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the site serves MathJax from the `jupyter-server-mathjax` package: "
+                           "install the lock (make venv)")
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
+
+
+def _copy_mathjax(app, exception):
+    if exception is None and app.builder.format == "html":
+        target = Path(app.outdir) / "_static" / "mathjax"
+        if not (target / "MathJax.js").exists():
+            shutil.copytree(mathjax_source(), target, dirs_exist_ok=True)
 
 
 def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
@@ -25,10 +46,21 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
 
 
 def _is_mathjax(script) -> bool:
-    body = getattr(script, "attributes", {}).get("body", "")
-    return "mathjax" in str(script).lower() or "window.MathJax" in body
+    attributes = getattr(script, "attributes", {})
+    body = attributes.get("body", "")
+    return ("mathjax" in str(script).lower() or "window.MathJax" in body
+            or "MathJax.Hub" in body or attributes.get("type") == "text/x-mathjax-config")
+
+
+def _no_mathjax3_config(app):
+    """myst-parser fills `mathjax3_config`, which Sphinx would write as `window.MathJax =
+    {...}`: MathJax 2 would read that object as its configuration. The site's MathJax 2
+    takes `mathjax2_config` from _config.yml instead."""
+    app.config.mathjax3_config = None
 
 
 def setup(app):
     app.connect("html-page-context", _drop_duplicate_scripts)
+    app.connect("builder-inited", _no_mathjax3_config, priority=900)
+    app.connect("build-finished", _copy_mathjax)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

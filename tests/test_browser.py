@@ -146,3 +146,97 @@ def test_search_finds_shard_map(server, browser):
     browser.save_screenshot(str(SHOTS / "search.png"))
     assert not errors, [e["message"] for e in errors]
     assert any("pmap" in r.text for r in results), [r.text for r in results]
+
+
+LAPTOP = (1366, 768)   # a common laptop screen: no code or output may scroll sideways there
+
+
+def sideways(browser) -> list[str]:
+    """Code cells, outputs and the page itself that are wider than their box, as
+    'selector: content px > box px' strings."""
+    return browser.execute_script("""
+        const found = [];
+        const page = document.documentElement;
+        if (page.scrollWidth > window.innerWidth + 1)
+            found.push(`page: ${page.scrollWidth} > ${window.innerWidth}`);
+        for (const el of document.querySelectorAll(
+                ".cell_input pre, .cell_output pre, .cell_output .output, div.highlight pre")) {
+            if (el.offsetParent === null) continue;           // folded (hidden) cells
+            if (el.scrollWidth > el.clientWidth + 1)
+                found.push(`${el.closest('.cell_output') ? 'output' : 'code'}: `
+                           + `${el.scrollWidth} > ${el.clientWidth}: `
+                           + el.textContent.split('\\n').reduce(
+                               (a, b) => (b.length > a.length ? b : a), '').slice(0, 60));
+        }
+        return found;""")
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_nothing_scrolls_sideways_on_a_laptop_screen(server, browser, docname):
+    browser.set_window_size(*LAPTOP)
+    try:
+        load(browser, f"{server}/{docname}.html")
+        browser.execute_script(      # unfold every folded cell, so that its code is measured too
+            "document.querySelectorAll('details').forEach(d => d.open = true);")
+        wide = sideways(browser)
+    finally:
+        browser.set_window_size(1280, 1600)
+    assert not wide, f"{docname} at {LAPTOP[0]}x{LAPTOP[1]}: {wide[:5]}"
+
+
+def math_nodes(docname) -> int:
+    """Formulas Sphinx wrote into the page (inline and display)."""
+    html = (SITE / f"{docname}.html").read_text()
+    return len(re.findall(r'class="math[ "]', html))
+
+
+MATH_PAGES = [d for d in PAGES if (SITE / f"{d}.html").exists() and math_nodes(d)]
+
+
+def test_some_page_has_formulas():
+    assert MATH_PAGES, "no page has formulas: the typesetting check below would test nothing"
+
+
+@pytest.mark.parametrize("docname", MATH_PAGES)
+def test_formulas_are_typeset_offline(server, browser, docname):
+    """MathJax (served with the site, see _ext/book_site_fixes.py) typesets every formula."""
+    errors = load(browser, f"{server}/{docname}.html")
+    for _ in range(200):      # MathJax typesets after the page has loaded
+        done = browser.execute_script(
+            "return !!(window.MathJax && MathJax.Hub && MathJax.Hub.queue"
+            " && MathJax.Hub.queue.pending === 0 && MathJax.Hub.queue.running === 0"
+            " && document.querySelectorAll('span.MathJax').length > 0)")
+        if done:
+            break
+        time.sleep(0.05)
+    typeset = browser.execute_script("return document.querySelectorAll('span.MathJax').length")
+    failed = browser.execute_script(
+        "return document.querySelectorAll('.MathJax_Error, .merror').length")
+    assert not errors, f"{docname}: console errors {[e['message'] for e in errors]}"
+    assert typeset >= math_nodes(docname), \
+        f"{docname}: {typeset} of {math_nodes(docname)} formulas typeset"
+    assert not failed, f"{docname}: {failed} formulas failed to typeset"
+
+
+def red_error_types(docname) -> list[str]:
+    """Exception types that expect_error stored in red in the chapter's notebook."""
+    nb = json.loads((ROOT / f"{docname}.ipynb").read_text())
+    texts = ["".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+             for o in c.get("outputs", [])]
+    return [m for t in texts for m in re.findall(r"\x1b\[31m(\w+)\x1b\[0m: ", t)]
+
+
+@pytest.mark.parametrize("docname", [d for d in CHAPTERS if red_error_types(d)])
+def test_error_types_show_in_red(server, browser, docname):
+    """expect_error prints the exception type in red; myst-nb renders the colour."""
+    load(browser, f"{server}/{docname}.html")
+    shown = browser.execute_script("""
+        const out = [];
+        for (const span of document.querySelectorAll('.cell_output span')) {
+            const [r, g, b] = getComputedStyle(span).color.match(/\\d+/g).map(Number);
+            if (r > 150 && g < 100 && b < 100 && /^\\w+$/.test(span.textContent))
+                out.push(span.textContent);
+        }
+        return out;""")
+    assert shown == red_error_types(docname), \
+        f"{docname}: red on the page {shown}, stored {red_error_types(docname)}"
