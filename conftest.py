@@ -5,6 +5,7 @@ process's environment, so setting it here decides the devices every chapter's bo
 BOOK_DEVICES (below) switches to another simulated device count or to real accelerators;
 BOOK_CPU=varied runs the kernels on other CPU code paths than the default ones (see VARIED_CPU).
 """
+
 import datetime
 import json
 import os
@@ -27,8 +28,10 @@ BOOK_DEVICES = os.environ.get("BOOK_DEVICES", "")
 # - XLA's Eigen matmuls run on one thread, as a machine with another core count may split them.
 # A printed digit that changes between two CPUs changes here too. Not covered: XLA's own matmul
 # kernels, which no flag moves; chapters print bounds rather than digits of such results anyway.
-VARIED_CPU = {"OPENBLAS_CORETYPE": "Nehalem",
-              "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_cpu_multi_thread_eigen=false"}
+VARIED_CPU = {
+    "OPENBLAS_CORETYPE": "Nehalem",
+    "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_cpu_multi_thread_eigen=false",
+}
 BOOK_CPU = os.environ.get("BOOK_CPU", "")
 
 
@@ -37,17 +40,23 @@ def pytest_configure(config):
         config.option.nbval_lax = True
     if BOOK_DEVICES != "real":
         os.environ["JAX_PLATFORMS"] = "cpu"
-        os.environ.pop("JAX_NUM_CPU_DEVICES", None)   # stored outputs are for the default 8
+        os.environ.pop(
+            "JAX_NUM_CPU_DEVICES", None
+        )  # stored outputs are for the default 8
         if BOOK_DEVICES:
             os.environ["JAX_NUM_CPU_DEVICES"] = BOOK_DEVICES
     if BOOK_CPU == "varied":
         os.environ.update(VARIED_CPU)
     elif BOOK_CPU:
         raise ValueError(f"BOOK_CPU={BOOK_CPU!r}: the only setting is BOOK_CPU=varied")
-    if getattr(config.option, "nbval_sanitize_with", None) is None and hasattr(config.option, "nbval"):
+    if getattr(config.option, "nbval_sanitize_with", None) is None and hasattr(
+        config.option, "nbval"
+    ):
         config.option.nbval_sanitize_with = str(ROOT / "tests" / "nbval_sanitize.cfg")
-    config.notebook_seconds = defaultdict(float)      # chapter -> wall seconds nbval spent on it
-    config.notebook_cpu_seconds = {}                  # chapter -> CPU seconds of its kernel process
+    config.notebook_seconds = defaultdict(
+        float
+    )  # chapter -> wall seconds nbval spent on it
+    config.notebook_cpu_seconds = {}  # chapter -> CPU seconds of its kernel process
     config.notebook_failed = set()
     config.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
@@ -67,7 +76,9 @@ def pytest_runtest_makereport(item, call):
     if call.when == "call" and item.nodeid.split("::")[0].endswith(".ipynb"):
         cpu = kernel_cpu_seconds(item)
         if cpu is not None:
-            item.config.notebook_cpu_seconds[Path(item.nodeid.split("::")[0]).stem] = cpu
+            item.config.notebook_cpu_seconds[Path(item.nodeid.split("::")[0]).stem] = (
+                cpu
+            )
 
 
 def pytest_runtest_logreport(report):
@@ -84,16 +95,25 @@ def pytest_sessionstart(session):
 
 
 def run_label() -> str:
-    devices = "real devices" if BOOK_DEVICES == "real" else f"{BOOK_DEVICES or 8} simulated CPU devices"
+    devices = (
+        "real devices"
+        if BOOK_DEVICES == "real"
+        else f"{BOOK_DEVICES or 8} simulated CPU devices"
+    )
     return devices + (", varied CPU code paths" if BOOK_CPU else "")
 
 
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+            return next(
+                line.split(":", 1)[1].strip()
+                for line in info
+                if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         import platform
+
         return platform.processor() or "unknown CPU"
 
 
@@ -103,24 +123,73 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not seconds:
         return
     from tabulate import tabulate
+
     from tests.test_timing import budget_for, verdict
+
     times = ROOT / "notebooks" / "execution_times.json"
     stored = json.loads(times.read_text()) if times.exists() else {}
     cpu = config.notebook_cpu_seconds
-    rows = [(name, f"{s:.1f}", f"{cpu[name]:.1f}" if name in cpu else "-", stored.get(name, "-"),
-             budget_for(name), verdict(name, s, cpu.get(name)),
-             "FAILED" if name in config.notebook_failed else "ok") for name, s in sorted(seconds.items())]
-    load = (config.load_at_start, os.getloadavg()[0]) if config.load_at_start is not None else None
+    rows = [
+        (
+            name,
+            f"{s:.1f}",
+            f"{cpu[name]:.1f}" if name in cpu else "-",
+            stored.get(name, "-"),
+            budget_for(name),
+            verdict(name, s, cpu.get(name)),
+            "FAILED" if name in config.notebook_failed else "ok",
+        )
+        for name, s in sorted(seconds.items())
+    ]
+    load = (
+        (config.load_at_start, os.getloadavg()[0])
+        if config.load_at_start is not None
+        else None
+    )
     terminalreporter.write_sep("-", f"chapter execution in seconds, {run_label()}")
-    terminalreporter.write_line(tabulate(rows, headers=["chapter", "wall", "kernel CPU", "make notebooks",
-                                                        "budget", "time", "cells"]))
-    terminalreporter.write_line(f"{cpu_model()}, {os.cpu_count()} cores"
-                                + (f", load average {load[0]:.1f} at the start, {load[1]:.1f} at the end" if load else "")
-                                + f"; record: {RECORD.relative_to(ROOT)}")
+    terminalreporter.write_line(
+        tabulate(
+            rows,
+            headers=[
+                "chapter",
+                "wall",
+                "kernel CPU",
+                "make notebooks",
+                "budget",
+                "time",
+                "cells",
+            ],
+        )
+    )
+    terminalreporter.write_line(
+        f"{cpu_model()}, {os.cpu_count()} cores"
+        + (
+            f", load average {load[0]:.1f} at the start, {load[1]:.1f} at the end"
+            if load
+            else ""
+        )
+        + f"; record: {RECORD.relative_to(ROOT)}"
+    )
     RECORD.parent.mkdir(exist_ok=True)
     with RECORD.open("a") as record:
-        record.write(json.dumps({
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "run": run_label(), "cpu": cpu_model(), "cores": os.cpu_count(), "load": load,
-            "chapters": {name: {"wall": round(s, 1), "cpu": round(cpu[name], 1) if name in cpu else None}
-                         for name, s in sorted(seconds.items())}}) + "\n")
+        record.write(
+            json.dumps(
+                {
+                    "date": datetime.datetime.now(datetime.UTC).isoformat(
+                        timespec="seconds"
+                    ),
+                    "run": run_label(),
+                    "cpu": cpu_model(),
+                    "cores": os.cpu_count(),
+                    "load": load,
+                    "chapters": {
+                        name: {
+                            "wall": round(s, 1),
+                            "cpu": round(cpu[name], 1) if name in cpu else None,
+                        }
+                        for name, s in sorted(seconds.items())
+                    },
+                }
+            )
+            + "\n"
+        )

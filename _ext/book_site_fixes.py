@@ -10,6 +10,7 @@ MathJax 2.7 itself instead, from the pinned `jupyter-server-mathjax` package (in
 copied into `_static/mathjax` (see `_config.yml`: `mathjax_path`, `mathjax2_config`). Pages
 without equations load no MathJax at all.
 """
+
 import importlib.util
 import shutil
 from pathlib import Path
@@ -19,8 +20,10 @@ def mathjax_source() -> Path:
     """The MathJax 2.7 tree that jupyter-server-mathjax ships."""
     spec = importlib.util.find_spec("jupyter_server_mathjax")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the site serves MathJax from the `jupyter-server-mathjax` package: "
-                           "install the lock (make venv)")
+        raise RuntimeError(
+            "the site serves MathJax from the `jupyter-server-mathjax` package: "
+            "install the lock (make venv)"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
@@ -48,8 +51,12 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
 def _is_mathjax(script) -> bool:
     attributes = getattr(script, "attributes", {})
     body = attributes.get("body", "")
-    return ("mathjax" in str(script).lower() or "window.MathJax" in body
-            or "MathJax.Hub" in body or attributes.get("type") == "text/x-mathjax-config")
+    return (
+        "mathjax" in str(script).lower()
+        or "window.MathJax" in body
+        or "MathJax.Hub" in body
+        or attributes.get("type") == "text/x-mathjax-config"
+    )
 
 
 def _no_mathjax3_config(app):

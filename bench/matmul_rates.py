@@ -28,6 +28,7 @@ an H100 that is TF32 tensor cores). On a CPU, --quick (the default there) uses s
 smaller on every side and fewer steps, so the script finishes in seconds; those figures only show
 that the script works.
 """
+
 import argparse
 import statistics
 import time
@@ -36,29 +37,39 @@ import jax
 import jax.numpy as jnp
 
 SHAPES = [  # (M, K, N): the stored H100 shapes, plus the unchunked partner of the Pallas chunk
-    (8192, 8192, 8192), (1024, 4096, 4096), (1024, 4096, 512), (8192, 4096, 4096),
-    (2048, 2048, 1024), (512, 2048, 8192), (8192, 4096, 512),
+    (8192, 8192, 8192),
+    (1024, 4096, 4096),
+    (1024, 4096, 512),
+    (8192, 4096, 4096),
+    (2048, 2048, 1024),
+    (512, 2048, 8192),
+    (8192, 4096, 512),
 ]
 DTYPES = ("bfloat16", "float16", "float32")
 
 
 def chain(n: int, with_matmul: bool):
     """A jitted program of n dependent steps; each step is one matmul (or, without it, the rest)."""
+
     def program(a, b, acc):
         def step(_, carry):
             a, acc = carry
             if with_matmul:
-                acc = acc + a @ b                                  # one M x K @ K x N matmul
+                acc = acc + a @ b  # one M x K @ K x N matmul
             else:
-                acc = acc + acc[:1, :1]                            # the same add, no matmul
-            a = jax.lax.dynamic_update_slice(a, acc[:1, :1].astype(a.dtype), (0, 0))  # next step waits
+                acc = acc + acc[:1, :1]  # the same add, no matmul
+            a = jax.lax.dynamic_update_slice(
+                a, acc[:1, :1].astype(a.dtype), (0, 0)
+            )  # next step waits
             return a, acc
+
         return jax.lax.fori_loop(0, n, step, (a, acc), unroll=True)[1]
+
     return jax.jit(program)
 
 
 def median_seconds(f, args, runs: int) -> float:
-    jax.block_until_ready(f(*args))                               # warm-up (and compile)
+    jax.block_until_ready(f(*args))  # warm-up (and compile)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -76,14 +87,22 @@ def seconds_per_step(with_matmul: bool, args, steps, runs: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--steps", type=int, nargs=2, default=(10, 30), metavar=("N1", "N2"))
-    parser.add_argument("--quick", action="store_true", help="shapes / 16, steps 2 and 4 (default on CPU)")
+    parser.add_argument(
+        "--steps", type=int, nargs=2, default=(10, 30), metavar=("N1", "N2")
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="shapes / 16, steps 2 and 4 (default on CPU)",
+    )
     args = parser.parse_args()
     quick = args.quick or jax.default_backend() == "cpu"
     runs, steps = (3, (2, 4)) if quick else (args.runs, tuple(args.steps))
     key_a, key_b = jax.random.split(jax.random.key(0))
-    print(f"# {jax.devices()[0].device_kind}, JAX {jax.__version__}, one program of n dependent "
-          f"matmuls, slope over n = {steps[0]}, {steps[1]}{', shapes / 16' if quick else ''}")
+    print(
+        f"# {jax.devices()[0].device_kind}, JAX {jax.__version__}, one program of n dependent "
+        f"matmuls, slope over n = {steps[0]}, {steps[1]}{', shapes / 16' if quick else ''}"
+    )
     for M, K, N in SHAPES:
         if quick:
             M, K, N = M // 16, K // 16, N // 16
@@ -91,9 +110,14 @@ def main() -> None:
             a = jax.random.normal(key_a, (M, K), dtype)
             b = jax.random.normal(key_b, (K, N), dtype)
             acc = jnp.zeros((M, N), dtype)
-            s = (seconds_per_step(True, (a, b, acc), steps, runs)
-                 - seconds_per_step(False, (a, b, acc), steps, runs))
-            rate = f"{2 * M * K * N / s / 1e12:.3g} TFLOP/s" if s > 0 else "below the noise"
+            s = seconds_per_step(True, (a, b, acc), steps, runs) - seconds_per_step(
+                False, (a, b, acc), steps, runs
+            )
+            rate = (
+                f"{2 * M * K * N / s / 1e12:.3g} TFLOP/s"
+                if s > 0
+                else "below the noise"
+            )
             print(f"{M}x{K} @ {K}x{N} {dtype}: {s * 1e6:.1f} us, {rate}", flush=True)
 
 

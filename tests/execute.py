@@ -3,6 +3,7 @@
 `make notebooks` calls this after jupytext has synced book/*.md into notebooks/*.ipynb.
 The seconds go to notebooks/execution_times.json, which tests/test_timing.py reads.
 """
+
 import json
 import os
 import re
@@ -32,8 +33,12 @@ def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     # Any error stops here (errors shown on purpose are caught in the cell by expect_error).
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     seconds = time.perf_counter() - start
     strip_terminal_colours(nb)
     nbformat.write(nb, path)
@@ -41,8 +46,10 @@ def execute(path: Path) -> float:
 
 
 def main(paths: list[str]) -> None:
-    os.environ["JAX_PLATFORMS"] = "cpu"           # the stored outputs are the simulated-CPU ones
-    os.environ.pop("JAX_NUM_CPU_DEVICES", None)   # so the bootstrap's default of 8 applies
+    os.environ["JAX_PLATFORMS"] = "cpu"  # the stored outputs are the simulated-CPU ones
+    os.environ.pop(
+        "JAX_NUM_CPU_DEVICES", None
+    )  # so the bootstrap's default of 8 applies
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     for p in map(Path, paths):
         seconds = execute(p)

@@ -4,6 +4,7 @@ Each case runs the cell in a fresh Python, as a reader's kernel would. Cases wit
 on this CPU-only machine by replacing `jax.devices` with fake TPU devices before the cell runs, so
 that the cell's choice is tested; real runs on TPU or GPU use `BOOK_DEVICES=real make test`.
 """
+
 import os
 import subprocess
 import sys
@@ -24,10 +25,20 @@ jax.devices = lambda backend=None: real_devices(backend) if jax.config.jax_platf
 
 
 def run_cell(env_extra=None, preamble="", runs=1):
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "JAX_PLATFORMS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("JAX_NUM_CPU_DEVICES", "JAX_PLATFORMS")
+    }
     env.update(env_extra or {})
     code = preamble + "\n".join(["exec(open(%r).read())" % str(BOOTSTRAP)] * runs)
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def lines(text):
@@ -48,23 +59,30 @@ def test_nonsense_device_count_is_one_sentence(bad):
     out = run_cell({"JAX_NUM_CPU_DEVICES": bad})
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and out.stdout == ""
-    assert lines(out.stderr) == [f"JAX_NUM_CPU_DEVICES={bad!r} makes no sense here: the book simulates 4, 8, "
-                                 "16, 32 or 64 CPU devices (8 when the variable is unset)."]
+    assert lines(out.stderr) == [
+        f"JAX_NUM_CPU_DEVICES={bad!r} makes no sense here: the book simulates 4, 8, "
+        "16, 32 or 64 CPU devices (8 when the variable is unset)."
+    ]
 
 
 def test_too_old_jax_names_the_upgrade_command():
     out = run_cell(preamble="import jax; jax.__version__ = '0.11.2'\n")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     (line,) = lines(out.stderr)
-    assert "needs JAX >= 0.12, found 0.11.2" in line and 'pip install -U "jax>=0.12"' in line
+    assert (
+        "needs JAX >= 0.12, found 0.11.2" in line
+        and 'pip install -U "jax>=0.12"' in line
+    )
 
 
 def test_one_accelerator_falls_back_to_simulated_devices():
     out = run_cell(preamble=FAKE_ACCELERATORS.format(count=1))
     assert out.returncode == 0, out.stderr
     (line,) = lines(out.stdout)
-    assert line.endswith("cpu: 8 simulated CPU devices (found 1 TPU v5 lite; "
-                         "the book needs 4, 8, 16, ... accelerators)")
+    assert line.endswith(
+        "cpu: 8 simulated CPU devices (found 1 TPU v5 lite; "
+        "the book needs 4, 8, 16, ... accelerators)"
+    )
 
 
 @pytest.mark.parametrize("count", [2, 6])
@@ -84,4 +102,6 @@ def test_enough_accelerators_are_used():
 def test_running_the_cell_twice_keeps_the_devices():
     out = run_cell({"JAX_NUM_CPU_DEVICES": "4"}, runs=2)
     assert out.returncode == 0, out.stderr
-    assert [l.split(": ")[1] for l in lines(out.stdout)] == ["4 simulated CPU devices"] * 2
+    assert [l.split(": ")[1] for l in lines(out.stdout)] == [
+        "4 simulated CPU devices"
+    ] * 2

@@ -5,6 +5,7 @@ their code outputs, their sharding visualisations and their images; each chapter
 a notebook that exists in this repository; search finds "shard_map". Screenshots go to
 _build/screenshots/.
 """
+
 import functools
 import http.server
 import json
@@ -36,8 +37,14 @@ def notebook_outputs(docname):
     nb = json.loads((ROOT / f"{docname}.ipynb").read_text())
     cells = [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs")]
     outputs = [o for c in cells for o in c["outputs"]]
-    images = sum(any(k in o.get("data", {}) for k in ("image/png", "image/svg+xml")) for o in outputs)
-    shardings = sum(RICH_SHARDING in "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
+    images = sum(
+        any(k in o.get("data", {}) for k in ("image/png", "image/svg+xml"))
+        for o in outputs
+    )
+    shardings = sum(
+        RICH_SHARDING in "".join(o.get("data", {}).get("text/html", ""))
+        for o in outputs
+    )
     return len(cells), images, shardings
 
 
@@ -45,7 +52,9 @@ def notebook_outputs(docname):
 def server():
     if not (SITE / "index.html").exists():
         pytest.fail("no built site: run `make book` first (make test does)")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SITE))
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(SITE)
+    )
     handler.log_message = lambda *args, **kwargs: None  # quiet
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -58,14 +67,25 @@ def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    os.environ["SE_OFFLINE"] = "true"  # Selenium must never try to download a browser or driver
+    os.environ["SE_OFFLINE"] = (
+        "true"  # Selenium must never try to download a browser or driver
+    )
     profile = tempfile.mkdtemp(prefix="book-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1280,1600",
-                 f"--user-data-dir={profile}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,1600",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -98,7 +118,9 @@ def test_page_loads_without_console_errors(server, browser, docname):
     errors = load(browser, f"{server}/{docname}.html")
     browser.save_screenshot(str(SHOTS / f"{docname.replace('/', '_')}.png"))
     assert not errors, f"{docname}: console errors {[e['message'] for e in errors]}"
-    assert browser.find_element("css selector", "article h1").text.strip(), f"{docname}: no visible title"
+    assert browser.find_element("css selector", "article h1").text.strip(), (
+        f"{docname}: no visible title"
+    )
 
 
 @pytest.mark.parametrize("docname", CHAPTERS)
@@ -109,16 +131,34 @@ def test_chapter_shows_its_outputs(server, browser, docname):
     load(browser, f"{server}/{docname}.html")
     # One output block per code cell that stored outputs (hidden-input cells included).
     shown = browser.find_elements(By.CSS_SELECTOR, ".cell_output")
-    assert len(shown) == n_cells, f"{docname}: {len(shown)} output blocks shown, {n_cells} cells have outputs"
-    assert "simulated CPU devices" in shown[0].text, f"{docname}: the bootstrap line is not the first output"
-    rich = [e for e in browser.find_elements(By.CSS_SELECTOR, ".cell_output pre")
-            if "DejaVu Sans Mono" in (e.get_attribute("style") or "")]
-    assert len(rich) == n_shardings, f"{docname}: {len(rich)} sharding visualisations shown, {n_shardings} stored"
-    assert all(e.is_displayed() and "CPU 0" in e.text for e in rich), f"{docname}: a visualisation is empty"
+    assert len(shown) == n_cells, (
+        f"{docname}: {len(shown)} output blocks shown, {n_cells} cells have outputs"
+    )
+    assert "simulated CPU devices" in shown[0].text, (
+        f"{docname}: the bootstrap line is not the first output"
+    )
+    rich = [
+        e
+        for e in browser.find_elements(By.CSS_SELECTOR, ".cell_output pre")
+        if "DejaVu Sans Mono" in (e.get_attribute("style") or "")
+    ]
+    assert len(rich) == n_shardings, (
+        f"{docname}: {len(rich)} sharding visualisations shown, {n_shardings} stored"
+    )
+    assert all(e.is_displayed() and "CPU 0" in e.text for e in rich), (
+        f"{docname}: a visualisation is empty"
+    )
     images = browser.find_elements(By.CSS_SELECTOR, ".cell_output img")
-    loaded = [img for img in images if browser.execute_script(
-        "return arguments[0].complete && arguments[0].naturalWidth > 0", img)]
-    assert len(loaded) == n_images, f"{docname}: {len(loaded)} of {n_images} stored images shown"
+    loaded = [
+        img
+        for img in images
+        if browser.execute_script(
+            "return arguments[0].complete && arguments[0].naturalWidth > 0", img
+        )
+    ]
+    assert len(loaded) == n_images, (
+        f"{docname}: {len(loaded)} of {n_images} stored images shown"
+    )
 
 
 @pytest.mark.parametrize("docname", CHAPTERS)
@@ -126,13 +166,23 @@ def test_colab_button_names_an_existing_notebook(server, browser, docname):
     from selenium.webdriver.common.by import By
 
     load(browser, f"{server}/{docname}.html")
-    links = {a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "a[href*='colab.research.google.com']")}
+    links = {
+        a.get_attribute("href")
+        for a in browser.find_elements(
+            By.CSS_SELECTOR, "a[href*='colab.research.google.com']"
+        )
+    }
     assert len(links) == 1, f"{docname}: expected one Colab link, found {links}"
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
     repo = config["url"].removeprefix("https://github.com/")
-    match = re.fullmatch(rf"https://colab\.research\.google\.com/github/{re.escape(repo)}/blob/"
-                         rf"{config['branch']}/(.+\.ipynb)", links.pop())
-    assert match, f"{docname}: Colab link does not point at {repo} on branch {config['branch']}"
+    match = re.fullmatch(
+        rf"https://colab\.research\.google\.com/github/{re.escape(repo)}/blob/"
+        rf"{config['branch']}/(.+\.ipynb)",
+        links.pop(),
+    )
+    assert match, (
+        f"{docname}: Colab link does not point at {repo} on branch {config['branch']}"
+    )
     assert match.group(1) == f"{docname}.ipynb" and (ROOT / match.group(1)).exists()
 
 
@@ -142,13 +192,17 @@ def test_search_finds_shard_map(server, browser):
 
     errors = load(browser, f"{server}/search.html?q=shard_map")
     results = WebDriverWait(browser, 20).until(
-        lambda b: b.find_elements(By.CSS_SELECTOR, "#search-results ul.search li"))
+        lambda b: b.find_elements(By.CSS_SELECTOR, "#search-results ul.search li")
+    )
     browser.save_screenshot(str(SHOTS / "search.png"))
     assert not errors, [e["message"] for e in errors]
     assert any("pmap" in r.text for r in results), [r.text for r in results]
 
 
-LAPTOP = (1366, 768)   # a common laptop screen: no code or output may scroll sideways there
+LAPTOP = (
+    1366,
+    768,
+)  # a common laptop screen: no code or output may scroll sideways there
 
 
 def sideways(browser) -> list[str]:
@@ -176,8 +230,9 @@ def test_nothing_scrolls_sideways_on_a_laptop_screen(server, browser, docname):
     browser.set_window_size(*LAPTOP)
     try:
         load(browser, f"{server}/{docname}.html")
-        browser.execute_script(      # unfold every folded cell, so that its code is measured too
-            "document.querySelectorAll('details').forEach(d => d.open = true);")
+        browser.execute_script(  # unfold every folded cell, so that its code is measured too
+            "document.querySelectorAll('details').forEach(d => d.open = true);"
+        )
         wide = sideways(browser)
     finally:
         browser.set_window_size(1280, 1600)
@@ -194,35 +249,46 @@ MATH_PAGES = [d for d in PAGES if (SITE / f"{d}.html").exists() and math_nodes(d
 
 
 def test_some_page_has_formulas():
-    assert MATH_PAGES, "no page has formulas: the typesetting check below would test nothing"
+    assert MATH_PAGES, (
+        "no page has formulas: the typesetting check below would test nothing"
+    )
 
 
 @pytest.mark.parametrize("docname", MATH_PAGES)
 def test_formulas_are_typeset_offline(server, browser, docname):
     """MathJax (served with the site, see _ext/book_site_fixes.py) typesets every formula."""
     errors = load(browser, f"{server}/{docname}.html")
-    for _ in range(200):      # MathJax typesets after the page has loaded
+    for _ in range(200):  # MathJax typesets after the page has loaded
         done = browser.execute_script(
             "return !!(window.MathJax && MathJax.Hub && MathJax.Hub.queue"
             " && MathJax.Hub.queue.pending === 0 && MathJax.Hub.queue.running === 0"
-            " && document.querySelectorAll('span.MathJax').length > 0)")
+            " && document.querySelectorAll('span.MathJax').length > 0)"
+        )
         if done:
             break
         time.sleep(0.05)
-    typeset = browser.execute_script("return document.querySelectorAll('span.MathJax').length")
+    typeset = browser.execute_script(
+        "return document.querySelectorAll('span.MathJax').length"
+    )
     failed = browser.execute_script(
-        "return document.querySelectorAll('.MathJax_Error, .merror').length")
+        "return document.querySelectorAll('.MathJax_Error, .merror').length"
+    )
     assert not errors, f"{docname}: console errors {[e['message'] for e in errors]}"
-    assert typeset >= math_nodes(docname), \
+    assert typeset >= math_nodes(docname), (
         f"{docname}: {typeset} of {math_nodes(docname)} formulas typeset"
+    )
     assert not failed, f"{docname}: {failed} formulas failed to typeset"
 
 
 def red_error_types(docname) -> list[str]:
     """Exception types that expect_error stored in red in the chapter's notebook."""
     nb = json.loads((ROOT / f"{docname}.ipynb").read_text())
-    texts = ["".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
-             for o in c.get("outputs", [])]
+    texts = [
+        "".join(o.get("text", ""))
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for o in c.get("outputs", [])
+    ]
     return [m for t in texts for m in re.findall(r"\x1b\[31m(\w+)\x1b\[0m: ", t)]
 
 
@@ -238,5 +304,6 @@ def test_error_types_show_in_red(server, browser, docname):
                 out.push(span.textContent);
         }
         return out;""")
-    assert shown == red_error_types(docname), \
+    assert shown == red_error_types(docname), (
         f"{docname}: red on the page {shown}, stored {red_error_types(docname)}"
+    )

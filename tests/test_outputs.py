@@ -5,6 +5,7 @@ The site and Colab show the outputs stored in notebooks/*.ipynb. They must read 
 kernel's temporary files, the virtual environment's site-packages), no terminal escape codes, and no
 output too long to read. Cells stay short too (one idea per cell).
 """
+
 import json
 import re
 import statistics
@@ -16,7 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MAX_OUTPUT_LINES = 40
 # Chapter -> (median, 90th percentile) of code-cell lines, the bootstrap cell left out.
-CELL_LINES = {"01_pmap": (10, 20), "02_jit_sharding": (10, 20), "03_shard_map": (10, 20)}
+CELL_LINES = {
+    "01_pmap": (10, 20),
+    "02_jit_sharding": (10, 20),
+    "03_shard_map": (10, 20),
+}
 DEFAULT_CELL_LINES = (12, None)
 
 
@@ -40,7 +45,12 @@ LEAKS = [
     (re.compile(r"\x1b\["), "a terminal escape code"),
     (re.compile(r"ipykernel_\d+"), "a kernel's temporary file"),
     (re.compile(r"site-packages"), "an installed package's path"),
-    (re.compile(r"(?<![\w.:/])/(?:home|root|Users|tmp|var/folders|private|work)/[\w.-]"), "an absolute path"),
+    (
+        re.compile(
+            r"(?<![\w.:/])/(?:home|root|Users|tmp|var/folders|private|work)/[\w.-]"
+        ),
+        "an absolute path",
+    ),
 ]
 
 
@@ -51,7 +61,11 @@ def output_texts(output) -> list[str]:
         texts.append(output["text"])
     for value in output.get("data", {}).values():
         texts.append(value if isinstance(value, str) else json.dumps(value))
-    texts += [output.get("ename", ""), output.get("evalue", ""), *output.get("traceback", [])]
+    texts += [
+        output.get("ename", ""),
+        output.get("evalue", ""),
+        *output.get("traceback", []),
+    ]
     return ["".join(t) if isinstance(t, list) else t for t in texts]
 
 
@@ -71,24 +85,44 @@ def test_outputs_carry_nothing_of_the_machine(path):
                         problems.append(f"cell {i}: {path_text!r}")
                 for pattern, what in LEAKS:
                     if match := pattern.search(text):
-                        problems.append(f"cell {i}: {what} ({text[max(0, match.start() - 30):match.end() + 30]!r})")
+                        problems.append(
+                            f"cell {i}: {what} ({text[max(0, match.start() - 30) : match.end() + 30]!r})"
+                        )
     assert not problems, f"{path.name} stores: " + "; ".join(sorted(set(problems))[:10])
 
 
 def test_the_scan_finds_what_it_looks_for():
-    leaky = [{"output_type": "stream", "text": "\x1b[31mred\x1b[0m"},
-             {"output_type": "error", "ename": "E", "evalue": "", "traceback": ["File /tmp/ipykernel_123/456.py:3"]},
-             {"output_type": "stream", "text": "at /work/main/.venv/lib/python3.12/site-packages/jax/x.py"},
-             {"output_type": "display_data", "data": {"text/plain": f"{ROOT}/notebooks"}}]
-    clean = {"output_type": "stream", "text": "see https://docs.jax.dev/en/latest/notebooks/x.html and P('data')"}
+    leaky = [
+        {"output_type": "stream", "text": "\x1b[31mred\x1b[0m"},
+        {
+            "output_type": "error",
+            "ename": "E",
+            "evalue": "",
+            "traceback": ["File /tmp/ipykernel_123/456.py:3"],
+        },
+        {
+            "output_type": "stream",
+            "text": "at /work/main/.venv/lib/python3.12/site-packages/jax/x.py",
+        },
+        {"output_type": "display_data", "data": {"text/plain": f"{ROOT}/notebooks"}},
+    ]
+    clean = {
+        "output_type": "stream",
+        "text": "see https://docs.jax.dev/en/latest/notebooks/x.html and P('data')",
+    }
     for output in leaky:
         text = " ".join(output_texts(output))
-        assert any(p.search(text) for p, _ in LEAKS) or any(m in text for m in machine_paths()), output
+        assert any(p.search(text) for p, _ in LEAKS) or any(
+            m in text for m in machine_paths()
+        ), output
     assert not any(p.search(" ".join(output_texts(clean))) for p, _ in LEAKS)
     red = "\x1b[31mValueError\x1b[0m: D = 3 does not divide\n"
     assert not any(p.search(without_red_error_types(red)) for p, _ in LEAKS)
-    for other in ("\x1b[32mValueError\x1b[0m: x", "x \x1b[31mValueError\x1b[0m: y",
-                  "\x1b[31mValueError\x1b[0m: \x1b[1mbold\x1b[0m"):
+    for other in (
+        "\x1b[32mValueError\x1b[0m: x",
+        "x \x1b[31mValueError\x1b[0m: y",
+        "\x1b[31mValueError\x1b[0m: \x1b[1mbold\x1b[0m",
+    ):
         assert any(p.search(without_red_error_types(other)) for p, _ in LEAKS), other
 
 
@@ -97,7 +131,9 @@ def test_outputs_are_short(path):
     long = []
     for i, cell in enumerate(code_cells(path), 1):
         for output in cell.get("outputs", []):
-            text = "".join(output.get("text", "")) or "".join(output.get("data", {}).get("text/plain", ""))
+            text = "".join(output.get("text", "")) or "".join(
+                output.get("data", {}).get("text/plain", "")
+            )
             if text.count("\n") > MAX_OUTPUT_LINES:
                 long.append(f"cell {i} ({text.count(chr(10))} lines)")
     assert not long, f"{path.name}: outputs over {MAX_OUTPUT_LINES} lines: {long}"
@@ -105,9 +141,15 @@ def test_outputs_are_short(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_cells_are_short(path):
-    lengths = sorted(len("".join(c["source"]).splitlines()) for c in code_cells(path)[1:])
+    lengths = sorted(
+        len("".join(c["source"]).splitlines()) for c in code_cells(path)[1:]
+    )
     median_max, p90_max = CELL_LINES.get(path.stem, DEFAULT_CELL_LINES)
     median = statistics.median(lengths)
     p90 = lengths[min(len(lengths) - 1, round(0.9 * (len(lengths) - 1)))]
-    assert median <= median_max, f"{path.stem}: median code cell {median} lines (at most {median_max})"
-    assert p90_max is None or p90 <= p90_max, f"{path.stem}: 90th percentile {p90} lines (at most {p90_max})"
+    assert median <= median_max, (
+        f"{path.stem}: median code cell {median} lines (at most {median_max})"
+    )
+    assert p90_max is None or p90 <= p90_max, (
+        f"{path.stem}: 90th percentile {p90} lines (at most {p90_max})"
+    )

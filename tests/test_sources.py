@@ -1,4 +1,5 @@
 """Pairs and freshness: every chapter's markdown and notebook agree, and the notebook is executed."""
+
 import json
 from pathlib import Path
 
@@ -24,9 +25,12 @@ def test_there_are_chapters():
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_pair_exists(name):
-    assert (ROOT / "book" / f"{name}.md").exists(), f"notebooks/{name}.ipynb has no book/{name}.md"
-    assert (ROOT / "notebooks" / f"{name}.ipynb").exists(), \
+    assert (ROOT / "book" / f"{name}.md").exists(), (
+        f"notebooks/{name}.ipynb has no book/{name}.md"
+    )
+    assert (ROOT / "notebooks" / f"{name}.ipynb").exists(), (
         f"book/{name}.md has no notebooks/{name}.ipynb: run `make notebooks CHAPTERS={name}`"
+    )
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -35,17 +39,22 @@ def test_pair_cells_identical(name):
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     md_cells = [(c.cell_type, c.source) for c in md.cells]
     nb_cells = [(c.cell_type, c.source) for c in nb.cells]
-    assert md_cells == nb_cells, f"book/{name}.md and its notebook differ: run `make notebooks CHAPTERS={name}`"
+    assert md_cells == nb_cells, (
+        f"book/{name}.md and its notebook differ: run `make notebooks CHAPTERS={name}`"
+    )
     tags = lambda cells: [c.metadata.get("tags", []) for c in cells]
-    assert tags(md.cells) == tags(nb.cells), f"cell tags differ between book/{name}.md and its notebook"
+    assert tags(md.cells) == tags(nb.cells), (
+        f"cell tags differ between book/{name}.md and its notebook"
+    )
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_notebook_executed_in_order(name):
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     counts = [c.execution_count for c in code_cells(nb)]
-    assert counts == list(range(1, len(counts) + 1)), \
+    assert counts == list(range(1, len(counts) + 1)), (
         f"{name}: code cells not executed once, top to bottom (execution counts {counts})"
+    )
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -54,70 +63,104 @@ def test_no_stored_errors(name):
     traceback means a cell failed (or a `raises-exception` cell, which stops Colab's Run all)."""
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     for i, cell in enumerate(code_cells(nb)):
-        assert "raises-exception" not in cell.metadata.get("tags", []), \
+        assert "raises-exception" not in cell.metadata.get("tags", []), (
             f"{name}: code cell {i + 1} is tagged raises-exception; use `with expect_error(...)` instead"
+        )
         errors = [o for o in cell.outputs if o.output_type == "error"]
-        assert not errors, f"{name}: code cell {i + 1} stored an error: {errors[0].ename}: {errors[0].evalue}"
+        assert not errors, (
+            f"{name}: code cell {i + 1} stored an error: {errors[0].ename}: {errors[0].evalue}"
+        )
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_bootstrap_is_first_and_identical(name):
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     first = code_cells(nb)[0]
-    assert first.source == BOOTSTRAP, f"{name}: the first code cell must be tests/bootstrap.py, unchanged"
+    assert first.source == BOOTSTRAP, (
+        f"{name}: the first code cell must be tests/bootstrap.py, unchanged"
+    )
     # The site collapses its code (the reader sees the line it prints); Colab and Jupyter show it.
-    assert first.metadata.get("tags", []) == ["hide-input"], f"{name}: tag the bootstrap cell hide-input"
+    assert first.metadata.get("tags", []) == ["hide-input"], (
+        f"{name}: tag the bootstrap cell hide-input"
+    )
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_colab_metadata(name):
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    assert nb.metadata.get("accelerator") == "TPU", f"{name}: Colab metadata accelerator: TPU missing"
+    assert nb.metadata.get("accelerator") == "TPU", (
+        f"{name}: Colab metadata accelerator: TPU missing"
+    )
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
 
 
 def test_toc_lists_every_chapter():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [entry["file"] for entry in toc.get("chapters", [])]
-    assert files == [f"notebooks/{name}" for name in CHAPTERS], \
+    assert files == [f"notebooks/{name}" for name in CHAPTERS], (
         f"_toc.yml chapters {files} should be the notebooks, in order: {CHAPTERS}"
+    )
 
 
 def test_execution_report_covers_every_chapter():
     times = json.loads((ROOT / "notebooks" / "execution_times.json").read_text())
-    assert sorted(times) == CHAPTERS, "run `make notebooks` to record every chapter's execution time"
+    assert sorted(times) == CHAPTERS, (
+        "run `make notebooks` to record every chapter's execution time"
+    )
 
 
 def top_level_definitions(name):
     """(kind, name, source) of every top-level def, class and single-name assignment in a chapter."""
     import ast
+
     from IPython.core.inputtransformer2 import TransformerManager
+
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     found = []
-    for cell in code_cells(nb)[1:]:                     # the bootstrap is checked on its own
+    for cell in code_cells(nb)[1:]:  # the bootstrap is checked on its own
         source = TransformerManager().transform_cell(cell.source)
         for node in ast.parse(source).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 first = min([d.lineno for d in node.decorator_list] + [node.lineno])
-                text = "\n".join(source.splitlines()[first - 1:node.end_lineno])
+                text = "\n".join(source.splitlines()[first - 1 : node.end_lineno])
                 found.append(("def", node.name, text))
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                found.append(("assign", node.targets[0].id, ast.get_source_segment(source, node)))
+            elif (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                found.append(
+                    ("assign", node.targets[0].id, ast.get_source_segment(source, node))
+                )
     return found
 
 
 def canonical_helpers():
     """name -> source of each definition in tests/helpers.py."""
-    return {name: text for kind, name, text in _definitions_in((ROOT / "tests" / "helpers.py").read_text())}
+    return {
+        name: text
+        for kind, name, text in _definitions_in(
+            (ROOT / "tests" / "helpers.py").read_text()
+        )
+    }
 
 
 def _definitions_in(source):
     import ast
+
     for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             first = min([d.lineno for d in node.decorator_list] + [node.lineno])
-            yield "def", node.name, "\n".join(source.splitlines()[first - 1:node.end_lineno])
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            yield (
+                "def",
+                node.name,
+                "\n".join(source.splitlines()[first - 1 : node.end_lineno]),
+            )
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             yield "assign", node.targets[0].id, ast.get_source_segment(source, node)
 
 
@@ -127,8 +170,9 @@ def test_shared_helpers_are_the_canonical_ones(name):
     canonical = canonical_helpers()
     for kind, helper, text in top_level_definitions(name):
         if helper in canonical:
-            assert text == canonical[helper], \
+            assert text == canonical[helper], (
                 f"{name}: `{helper}` differs from its one definition in tests/helpers.py; copy that one"
+            )
 
 
 # Each chapter's single-device reference model goes by these names (house style: `mlp`, `loss`, ...).
@@ -141,23 +185,46 @@ def test_one_definition_per_function_name_across_chapters():
     defs, values = {}, {}
     for name in CHAPTERS:
         for kind, helper, text in top_level_definitions(name):
-            (defs if kind == "def" else values).setdefault(helper, {}).setdefault(text, []).append(name)
-    clashes = [f"`{h}` has {len(v)} different definitions (in {sorted({c for cs in v.values() for c in cs})})"
-               for h, v in defs.items() if h not in CHAPTER_MODELS and len(v) > 1 and len({c for cs in v.values() for c in cs}) > 1]
-    clashes += [f"`{h}` is a function in {sorted({c for cs in defs[h].values() for c in cs})} and a value in "
-                f"{sorted({c for cs in v.values() for c in cs})}" for h, v in values.items() if h in defs]
+            (defs if kind == "def" else values).setdefault(helper, {}).setdefault(
+                text, []
+            ).append(name)
+    clashes = [
+        f"`{h}` has {len(v)} different definitions (in {sorted({c for cs in v.values() for c in cs})})"
+        for h, v in defs.items()
+        if h not in CHAPTER_MODELS
+        and len(v) > 1
+        and len({c for cs in v.values() for c in cs}) > 1
+    ]
+    clashes += [
+        f"`{h}` is a function in {sorted({c for cs in defs[h].values() for c in cs})} and a value in "
+        f"{sorted({c for cs in v.values() for c in cs})}"
+        for h, v in values.items()
+        if h in defs
+    ]
     assert not clashes, "; ".join(clashes)
 
 
 def test_no_merge_conflict_markers():
     """A conflict resolved in a hurry can leave its markers behind (bench/README.md once did)."""
     import subprocess
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
     if not tracked:
         pytest.skip("not a git checkout")
-    markers = ("<" * 7 + " ", ">" * 7 + " ")           # "=======" alone can be a Markdown heading rule
-    found = [f"{path}:{number}" for path in tracked
-             if (ROOT / path).suffix in {".md", ".py", ".txt", ".yml", ".toml", ".cfg", ".json"}
-             for number, line in enumerate((ROOT / path).read_text(errors="replace").splitlines(), 1)
-             if line.startswith(markers)]
+    markers = (
+        "<" * 7 + " ",
+        ">" * 7 + " ",
+    )  # "=======" alone can be a Markdown heading rule
+    found = [
+        f"{path}:{number}"
+        for path in tracked
+        if (ROOT / path).suffix
+        in {".md", ".py", ".txt", ".yml", ".toml", ".cfg", ".json"}
+        for number, line in enumerate(
+            (ROOT / path).read_text(errors="replace").splitlines(), 1
+        )
+        if line.startswith(markers)
+    ]
     assert not found, f"merge conflict markers at {found}"

@@ -6,14 +6,17 @@ simulated devices. Over budget is reported; the test fails only when a chapter t
 GROSS times its budget both in wall seconds and in its kernel's CPU seconds. A busy machine
 stretches wall time, not the CPU time the chapter itself uses, so load alone does not fail it.
 """
+
 import pytest
 
-DEFAULT_BUDGET = 30          # seconds per chapter on the 2-core machine with 8 simulated devices
+DEFAULT_BUDGET = (
+    30  # seconds per chapter on the 2-core machine with 8 simulated devices
+)
 # Chapter 5 compiles the gradient of seven layouts, chapter 6 three training steps and an initialiser
 # (each 24-33 s on the idle 2-core machine, kernel start included); chapter 7 starts 2-4 worker
 # processes, each importing JAX.
 BUDGETS = {"05_transformer": 35, "06_training": 35, "07_multihost": 60}
-GROSS = 2                    # a regression this many times the budget fails the suite
+GROSS = 2  # a regression this many times the budget fails the suite
 
 
 def budget_for(name: str) -> int:
@@ -34,14 +37,29 @@ def verdict(name: str, wall: float, cpu: float | None) -> str:
 def test_no_chapter_grossly_over_budget(request):
     seconds = getattr(request.config, "notebook_seconds", {})
     if not seconds:
-        pytest.skip("no notebook ran in this session: run with --nbval notebooks/ (as `make test` does)")
+        pytest.skip(
+            "no notebook ran in this session: run with --nbval notebooks/ (as `make test` does)"
+        )
     cpu = request.config.notebook_cpu_seconds
-    slow = {name: (round(s, 1), cpu.get(name)) for name, s in seconds.items() if grossly_over(name, s, cpu.get(name))}
-    assert not slow, f"chapters over {GROSS}x their budget in (wall, kernel CPU) seconds: {slow}"
+    slow = {
+        name: (round(s, 1), cpu.get(name))
+        for name, s in seconds.items()
+        if grossly_over(name, s, cpu.get(name))
+    }
+    assert not slow, (
+        f"chapters over {GROSS}x their budget in (wall, kernel CPU) seconds: {slow}"
+    )
 
 
-@pytest.mark.parametrize("wall, cpu, expected", [
-    (25, 30, "ok"), (45, 40, "over budget"), (75, 40, "over budget"),   # busy machine: wall only
-    (75, 70, "REGRESSION (> 2x budget)"), (75, None, "REGRESSION (> 2x budget)")])
+@pytest.mark.parametrize(
+    "wall, cpu, expected",
+    [
+        (25, 30, "ok"),
+        (45, 40, "over budget"),
+        (75, 40, "over budget"),  # busy machine: wall only
+        (75, 70, "REGRESSION (> 2x budget)"),
+        (75, None, "REGRESSION (> 2x budget)"),
+    ],
+)
 def test_verdicts(wall, cpu, expected):
     assert verdict("01_pmap", wall, cpu) == expected
