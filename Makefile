@@ -59,9 +59,12 @@ notebooks: $(STAMP) sysdeps-book
 	$(PY) tests/execute.py $(addprefix notebooks/,$(addsuffix .ipynb,$(CHAPTERS)))
 
 test: $(STAMP) sysdeps-test
-	@# The linter (configuration in ruff.toml): code lines of at most 88 characters, and more.
+	@# The linter (configuration in ruff.toml): code lines of at most 88 characters, and more;
+	@# the formatter's layout for the infrastructure's Python (chapter code is laid out by hand).
 	$(VENV)/bin/ruff check notebooks tests conftest.py bench _ext
-	$(PY) -m pytest tests/test_sources.py tests/test_outputs.py tests/test_helpers.py tests/test_bootstrap.py
+	$(VENV)/bin/ruff format --check tests conftest.py bench _ext
+	$(PY) -m pytest tests/test_sources.py tests/test_outputs.py tests/test_helpers.py \
+	  tests/test_bootstrap.py tests/test_bench.py
 	$(PY) -m pytest --nbval --nbval-current-env notebooks tests/test_timing.py
 	@# Stored outputs must not depend on the CPU: compare strictly again on other CPU code paths
 	@# (BOOK_CPU=varied, see conftest.py), so a digit that differs between Intel and AMD fails on either.

@@ -1,10 +1,11 @@
-"""pytest set-up for the book: simulated devices for notebook kernels, nbval sanitising, timings.
+"""pytest set-up for the book: simulated devices for notebook kernels, nbval sanitising,
+timings.
 
-`make test` runs nbval on notebooks/ with the kernel in this environment. Kernels inherit this
-process's environment, so setting it here decides the devices every chapter's bootstrap sees.
-BOOK_DEVICES (below) switches to another simulated device count or to real accelerators;
-BOOK_CPU=varied runs the kernels on other CPU code paths than the default ones (see VARIED_CPU).
-"""
+`make test` runs nbval on notebooks/ with the kernel in this environment. Kernels
+inherit this process's environment, so setting it here decides the devices every
+chapter's bootstrap sees. BOOK_DEVICES (below) switches to another simulated device
+count or to real accelerators; BOOK_CPU=varied runs the kernels on other CPU code paths
+than the default ones (see VARIED_CPU)."""
 
 import datetime
 import json
@@ -15,19 +16,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 RECORD = ROOT / "bench" / "chapter-times.jsonl"
 # BOOK_DEVICES: unset = 8 simulated CPU devices, outputs compared with the stored ones;
-# "4", "16", ... = that many simulated devices; "real" = the accelerators present. The last two run
-# every cell and every assert but compare no outputs (device counts, names and timings differ).
+# "4", "16", ... = that many simulated devices; "real" = the accelerators present. The
+# last two run every cell and every assert but compare no outputs (device counts, names
+# and timings differ).
 BOOK_DEVICES = os.environ.get("BOOK_DEVICES", "")
-# Stored outputs must not depend on the CPU. A run with BOOK_CPU=varied executes the chapters on
-# other code paths than a default run on the same machine takes, and compares outputs strictly:
-# - XLA generates code for SSE4.2 at most: its vectorised tanh, exp, ... then round differently in
-#   the last bits, as they do between AVX-512 and AVX2 machines (seen: a hash of jnp.tanh over 2^20
-#   floats changes);
-# - numpy's OpenBLAS uses its SSE-era Nehalem kernels instead of those it picks for this CPU (their
-#   summation order differs: numpy's float32 `a @ w` changes in the last bits);
-# - XLA's Eigen matmuls run on one thread, as a machine with another core count may split them.
-# A printed digit that changes between two CPUs changes here too. Not covered: XLA's own matmul
-# kernels, which no flag moves; chapters print bounds rather than digits of such results anyway.
+# Stored outputs must not depend on the CPU. A run with BOOK_CPU=varied executes the
+# chapters on other code paths than a default run on the same machine takes, and
+# compares outputs strictly: - XLA generates code for SSE4.2 at most: its vectorised
+# tanh, exp, ... then round differently in
+# - numpy's OpenBLAS uses its SSE-era Nehalem kernels instead of those it picks for this
+# CPU (their
+# - XLA's Eigen matmuls run on one thread, as a machine with another core count may
+# split them. A printed digit that changes between two CPUs changes here too. Not
+# covered: XLA's own matmul kernels, which no flag moves; chapters print bounds rather
+# than digits of such results anyway.
 VARIED_CPU = {
     "OPENBLAS_CORETYPE": "Nehalem",
     "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_cpu_multi_thread_eigen=false",
@@ -62,8 +64,9 @@ def pytest_configure(config):
 
 
 def kernel_cpu_seconds(item):
-    """User + system CPU seconds of the notebook's kernel process so far (all its threads), or None.
-    Unlike wall time this hardly moves when other programs load the machine."""
+    """User + system CPU seconds of the notebook's kernel process so far (all its
+    threads), or None. Unlike wall time this hardly moves when other programs load the
+    machine."""
     try:
         pid = item.parent.kernel.km.provisioner.process.pid
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -104,21 +107,17 @@ def run_label() -> str:
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            return next(
-                line.split(":", 1)[1].strip()
-                for line in info
-                if line.startswith("model name")
-            )
-    except (OSError, StopIteration):
-        import platform
+    """The shared helper (tests/helpers.py), imported when the report is written:
+    importing it starts JAX in this process, which must not happen before the kernels
+    have their devices."""
+    from tests.helpers import cpu_model as shared
 
-        return platform.processor() or "unknown CPU"
+    return shared()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """After nbval: each chapter's seconds against its budget, printed and appended to the record."""
+    """After nbval: each chapter's seconds against its budget, printed and appended to
+    the record."""
     seconds = getattr(config, "notebook_seconds", {})
     if not seconds:
         return

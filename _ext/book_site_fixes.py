@@ -1,15 +1,14 @@
 """Site fixes for the pinned Jupyter Book 1.x stack.
 
-Sphinx 7.4 keeps two copies of sphinx-thebe's inline configuration script
-(`const THEBE_JS_URL = ...`): its filename is None in one copy and "" in the other, so
-Sphinx does not see them as equal. The second copy throws "Identifier 'THEBE_JS_URL' has
+Sphinx 7.4 keeps two copies of sphinx-thebe's inline configuration script (`const
+THEBE_JS_URL = ...`): its filename is None in one copy and "" in the other, so Sphinx
+does not see them as equal. The second copy throws "Identifier 'THEBE_JS_URL' has
 already been declared" in every page's console. Drop exact duplicates.
 
-Formulas are typeset offline. Sphinx loads MathJax from a CDN by default; the site serves
-MathJax 2.7 itself instead, from the pinned `jupyter-server-mathjax` package (in the lock),
-copied into `_static/mathjax` (see `_config.yml`: `mathjax_path`, `mathjax2_config`). Pages
-without equations load no MathJax at all.
-"""
+Formulas are typeset offline. Sphinx loads MathJax from a CDN by default; the site
+serves MathJax 2.7 itself instead, from the pinned `jupyter-server-mathjax` package (in
+the lock), copied into `_static/mathjax` (see `_config.yml`: `mathjax_path`,
+`mathjax2_config`). Pages without equations load no MathJax at all."""
 
 import importlib.util
 import shutil
@@ -60,7 +59,8 @@ def _is_mathjax(script) -> bool:
 
 
 def _no_mathjax3_config(app):
-    """myst-parser fills `mathjax3_config`, which Sphinx would write as `window.MathJax =
+    """myst-parser fills `mathjax3_config`, which Sphinx would write as
+    `window.MathJax =
     {...}`: MathJax 2 would read that object as its configuration. The site's MathJax 2
     takes `mathjax2_config` from _config.yml instead."""
     app.config.mathjax3_config = None

@@ -1,32 +1,36 @@
-"""Re-measure the matmul rates that chapter 4's cost model uses, on whatever accelerator JAX finds.
+"""Re-measure the matmul rates that chapter 4's cost model uses, on whatever accelerator
+JAX finds.
 
 Usage: python bench/matmul_rates.py [--runs 7] [--steps 10 30] [--quick]
 
 Prints one line per shape and dtype in the format of bench/h100-matmul.txt:
     MxK @ KxN dtype: <µs per matmul> us, <TFLOP/s> TFLOP/s
 
-Method (not the one of the stored H100 figures, see bench/README.md). Timing one jitted `a @ b`
-per call measures the host's dispatch as much as the matmul: small shapes then sit at a floor of
-some tens of µs whatever their FLOPs. So here each timed call runs ONE compiled program that does
-`n` matmuls in a row:
+Method (not the one of the stored H100 figures, see bench/README.md). Timing one jitted
+`a @ b` per call measures the host's dispatch as much as the matmul: small shapes then
+sit at a floor of some tens of µs whatever their FLOPs. So here each timed call runs ONE
+compiled program that does `n` matmuls in a row:
 
-- `jax.lax.fori_loop(0, n, step, ..., unroll=True)`: straight-line code, no per-iteration loop
-  control on the device;
-- each step computes `c = a @ b`, adds it to a running sum `acc` (returned, so every element of
-  every product is needed) and writes one element of `acc` into `a` (`dynamic_update_slice`, in
-  place): the next matmul depends on the previous one, so XLA can neither hoist the loop-invariant
-  product out of the loop nor drop or merge steps;
-- the program is timed at two step counts, n1 and n2 (median of `runs` calls after a warm-up);
-  the slope (T(n2) - T(n1)) / (n2 - n1) removes everything paid once per call (dispatch, launch,
-  the copy-in of the carries);
-- the same is done for a program whose steps do everything but the matmul (the add into `acc` of
-  a product's worth of values and the one-element write), and that slope is subtracted: what is
-  left is the time of one matmul inside a program, where the accumulate may be fused into it.
+- `jax.lax.fori_loop(0, n, step, ..., unroll=True)`: straight-line code, no
+  per-iteration loop control on the device;
+- each step computes `c = a @ b`, adds it to a running sum `acc` (returned, so every
+  element of every product is needed) and writes one element of `acc` into `a`
+  (`dynamic_update_slice`, in place): the next matmul depends on the previous one, so
+  XLA can neither hoist the loop-invariant product out of the loop nor drop or merge
+  steps;
+- the program is timed at two step counts, n1 and n2 (median of `runs` calls after a
+  warm-up); the slope (T(n2) - T(n1)) / (n2 - n1) removes everything paid once per call
+  (dispatch, launch, the copy-in of the carries);
+- the same is done for a program whose steps do everything but the matmul (the add into
+  `acc` of a product's worth of values and the one-element write), and that slope is
+  subtracted: what is left is the time of one matmul inside a program, where the
+  accumulate may be fused into it.
 
-FLOPs are counted as 2 M K N. float32 runs at JAX's default matmul precision for the backend (on
-an H100 that is TF32 tensor cores). On a CPU, --quick (the default there) uses shapes 16 times
-smaller on every side and fewer steps, so the script finishes in seconds; those figures only show
-that the script works.
+FLOPs are counted as 2 M K N. float32 runs at JAX's default matmul precision for the
+backend (on an H100 that is TF32 tensor cores). On a CPU, --quick (the default there)
+uses shapes 16 times smaller on every side and fewer steps, so the script finishes in
+seconds; those figures only show that the script works (`tests/test_bench.py` runs it
+so).
 """
 
 import argparse
@@ -36,7 +40,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-SHAPES = [  # (M, K, N): the stored H100 shapes, plus the unchunked partner of the Pallas chunk
+# (M, K, N): the stored H100 shapes, plus the unchunked partner of the Pallas chunk
+SHAPES = [
     (8192, 8192, 8192),
     (1024, 4096, 4096),
     (1024, 4096, 512),
@@ -49,7 +54,8 @@ DTYPES = ("bfloat16", "float16", "float32")
 
 
 def chain(n: int, with_matmul: bool):
-    """A jitted program of n dependent steps; each step is one matmul (or, without it, the rest)."""
+    """A jitted program of n dependent steps; each step is one matmul (or, without it,
+    the rest)."""
 
     def program(a, b, acc):
         def step(_, carry):
@@ -100,8 +106,9 @@ def main() -> None:
     runs, steps = (3, (2, 4)) if quick else (args.runs, tuple(args.steps))
     key_a, key_b = jax.random.split(jax.random.key(0))
     print(
-        f"# {jax.devices()[0].device_kind}, JAX {jax.__version__}, one program of n dependent "
-        f"matmuls, slope over n = {steps[0]}, {steps[1]}{', shapes / 16' if quick else ''}"
+        f"# {jax.devices()[0].device_kind}, JAX {jax.__version__}, one program of n "
+        f"dependent matmuls, slope over n = {steps[0]}, {steps[1]}"
+        f"{', shapes / 16' if quick else ''}"
     )
     for M, K, N in SHAPES:
         if quick:

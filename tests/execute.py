@@ -1,8 +1,8 @@
-"""Execute chapter notebooks in place with 8 simulated CPU devices; record each one's seconds.
+"""Execute chapter notebooks in place with 8 simulated CPU devices; record each one's
+seconds.
 
 `make notebooks` calls this after jupytext has synced book/*.md into notebooks/*.ipynb.
-The seconds go to notebooks/execution_times.json, which tests/test_timing.py reads.
-"""
+The seconds go to notebooks/execution_times.json, which tests/test_timing.py reads."""
 
 import json
 import os
@@ -19,9 +19,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def strip_terminal_colours(nb) -> None:
-    """rich (jax.debug.visualize_array_sharding) displays HTML plus a plain-text copy coloured with
-    terminal escape codes. The site and Colab show the HTML; the stored plain text is kept plain.
-    tests/nbval_sanitize.cfg drops the same codes when nbval compares a fresh run with it."""
+    """rich (jax.debug.visualize_array_sharding) displays HTML plus a plain-text copy
+    coloured with terminal escape codes. The site and Colab show the HTML; the stored
+    plain text is kept plain. tests/nbval_sanitize.cfg drops the same codes when nbval
+    compares a fresh run with it."""
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             data = out.get("data", {})
@@ -32,7 +33,8 @@ def strip_terminal_colours(nb) -> None:
 def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    # Any error stops here (errors shown on purpose are caught in the cell by expect_error).
+    # Any error stops here (errors shown on purpose are caught in the cell by
+    # expect_error).
     NotebookClient(
         nb,
         timeout=600,

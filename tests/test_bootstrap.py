@@ -1,9 +1,10 @@
-"""The bootstrap cell (tests/bootstrap.py, the first cell of every chapter) under good and bad set-ups.
+"""The bootstrap cell (tests/bootstrap.py, the first cell of every chapter) under good
+and bad set-ups.
 
-Each case runs the cell in a fresh Python, as a reader's kernel would. Cases with accelerators run
-on this CPU-only machine by replacing `jax.devices` with fake TPU devices before the cell runs, so
-that the cell's choice is tested; real runs on TPU or GPU use `BOOK_DEVICES=real make test`.
-"""
+Each case runs the cell in a fresh Python, as a reader's kernel would. Cases with
+accelerators run on this CPU-only machine by replacing `jax.devices` with fake TPU
+devices before the cell runs, so that the cell's choice is tested; real runs on TPU or
+GPU use `BOOK_DEVICES=real make test`."""
 
 import os
 import subprocess
@@ -20,7 +21,10 @@ class FakeTpu:
     platform, device_kind = "tpu", "TPU v5 lite"
 real_devices = jax.devices
 # Until the cell asks for the CPU platform, JAX "sees" {count} TPU chips.
-jax.devices = lambda backend=None: real_devices(backend) if jax.config.jax_platforms == "cpu" else [FakeTpu()] * {count}
+jax.devices = lambda backend=None: (
+    real_devices(backend) if jax.config.jax_platforms == "cpu"
+    else [FakeTpu()] * {count}
+)
 """
 
 
@@ -31,7 +35,7 @@ def run_cell(env_extra=None, preamble="", runs=1):
         if k not in ("JAX_NUM_CPU_DEVICES", "JAX_PLATFORMS")
     }
     env.update(env_extra or {})
-    code = preamble + "\n".join(["exec(open(%r).read())" % str(BOOTSTRAP)] * runs)
+    code = preamble + "\n".join([f"exec(open({str(BOOTSTRAP)!r}).read())"] * runs)
     return subprocess.run(
         [sys.executable, "-c", code],
         env=env,

@@ -1,10 +1,10 @@
-"""The built site, as a reader's browser shows it: headless Chromium from Debian, driven by Selenium.
+"""The built site, as a reader's browser shows it: headless Chromium from Debian,
+driven by Selenium.
 
-Serves _build/html on localhost, opens every page, and checks: no console errors; chapter pages show
-their code outputs, their sharding visualisations and their images; each chapter's Colab button names
-a notebook that exists in this repository; search finds "shard_map". Screenshots go to
-_build/screenshots/.
-"""
+Serves _build/html on localhost, opens every page, and checks: no console errors;
+chapter pages show their code outputs, their sharding visualisations and their images;
+each chapter's Colab button names a notebook that exists in this repository; search
+finds "shard_map". Screenshots go to _build/screenshots/."""
 
 import functools
 import http.server
@@ -29,11 +29,13 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 CHAPTERS = [entry["file"] for entry in TOC.get("chapters", [])]
 PAGES = [TOC["root"]] + CHAPTERS
-RICH_SHARDING = "font-family:Menlo,'DejaVu Sans Mono'"  # the <pre> that visualize_array_sharding renders
+# The <pre> that visualize_array_sharding renders.
+RICH_SHARDING = "font-family:Menlo,'DejaVu Sans Mono'"
 
 
 def notebook_outputs(docname):
-    """(code cells with outputs, images, sharding visualisations) stored in the chapter's notebook."""
+    """(code cells with outputs, images, sharding visualisations) stored in the
+    chapter's notebook."""
     nb = json.loads((ROOT / f"{docname}.ipynb").read_text())
     cells = [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs")]
     outputs = [o for c in cells for o in c["outputs"]]
@@ -106,8 +108,9 @@ def load(browser, url):
 
 @pytest.mark.parametrize("docname", PAGES)
 def test_page_loads_no_script_from_another_host(docname):
-    """Pages work offline: a script from a CDN fails to load without network, and whether Chromium
-    reports that before the page counts as loaded depends on DNS timing (MathJax did this)."""
+    """Pages work offline: a script from a CDN fails to load without network, and
+    whether Chromium reports that before the page counts as loaded depends on DNS timing
+    (MathJax did this)."""
     html = (SITE / f"{docname}.html").read_text()
     remote = re.findall(r"<script[^>]*\bsrc=[\"'](?:https?:)?//[^\"']+", html)
     assert not remote, f"{docname}: loads scripts from other hosts: {remote}"
@@ -213,14 +216,16 @@ def sideways(browser) -> list[str]:
         const page = document.documentElement;
         if (page.scrollWidth > window.innerWidth + 1)
             found.push(`page: ${page.scrollWidth} > ${window.innerWidth}`);
-        for (const el of document.querySelectorAll(
-                ".cell_input pre, .cell_output pre, .cell_output .output, div.highlight pre")) {
+        const boxes = ".cell_input pre, .cell_output pre, .cell_output .output, "
+                      + "div.highlight pre";
+        for (const el of document.querySelectorAll(boxes)) {
             if (el.offsetParent === null) continue;           // folded (hidden) cells
             if (el.scrollWidth > el.clientWidth + 1)
                 found.push(`${el.closest('.cell_output') ? 'output' : 'code'}: `
                            + `${el.scrollWidth} > ${el.clientWidth}: `
-                           + el.textContent.split('\\n').reduce(
-                               (a, b) => (b.length > a.length ? b : a), '').slice(0, 60));
+                           + el.textContent.split('\\n')
+                               .reduce((a, b) => (b.length > a.length ? b : a), '')
+                               .slice(0, 60));
         }
         return found;""")
 
@@ -230,7 +235,8 @@ def test_nothing_scrolls_sideways_on_a_laptop_screen(server, browser, docname):
     browser.set_window_size(*LAPTOP)
     try:
         load(browser, f"{server}/{docname}.html")
-        browser.execute_script(  # unfold every folded cell, so that its code is measured too
+        # Unfold every folded cell, so that its code is measured too.
+        browser.execute_script(
             "document.querySelectorAll('details').forEach(d => d.open = true);"
         )
         wide = sideways(browser)
@@ -256,7 +262,8 @@ def test_some_page_has_formulas():
 
 @pytest.mark.parametrize("docname", MATH_PAGES)
 def test_formulas_are_typeset_offline(server, browser, docname):
-    """MathJax (served with the site, see _ext/book_site_fixes.py) typesets every formula."""
+    """MathJax (served with the site, see _ext/book_site_fixes.py) typesets every
+    formula."""
     errors = load(browser, f"{server}/{docname}.html")
     for _ in range(200):  # MathJax typesets after the page has loaded
         done = browser.execute_script(

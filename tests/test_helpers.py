@@ -1,4 +1,5 @@
-"""The book's shared helpers (tests/helpers.py), whose exact copies the chapters carry."""
+"""The book's shared helpers (tests/helpers.py), whose exact copies the chapters
+carry."""
 
 import os
 import subprocess
@@ -58,21 +59,25 @@ def test_check_divides_names_the_dimension_and_the_axis():
 
 
 class FakeMesh:
-    """Only what check_divides reads: a mesh with a `model` axis of size 2 (this process has 1 device)."""
+    """Only what check_divides reads: a mesh with a `model` axis of size 2 (this
+    process has 1 device)."""
 
     shape = {"model": 2}
 
 
 def test_count_collectives_leaves_zeros_out():
-    """On 2 simulated devices (a fresh process: this one's devices are fixed once JAX starts)."""
+    """On 2 simulated devices (a fresh process: this one's devices are fixed once JAX
+    starts)."""
     code = """
 import jax, jax.numpy as jnp
 from jax import P
 from tests.helpers import count_collectives
 mesh = jax.make_mesh((2,), ("data",))
 x = jax.device_put(jnp.ones(4), jax.NamedSharding(mesh, P("data")))
-summed = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x, "data"), mesh=mesh, in_specs=P("data"), out_specs=P()))
-print(count_collectives(summed.lower(x).compile()), count_collectives(jax.jit(jnp.sin).lower(1.0).compile()))
+summed = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x, "data"), mesh=mesh,
+                               in_specs=P("data"), out_specs=P()))
+print(count_collectives(summed.lower(x).compile()),
+      count_collectives(jax.jit(jnp.sin).lower(1.0).compile()))
 """
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
     out = subprocess.run(

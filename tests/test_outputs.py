@@ -1,10 +1,11 @@
-"""What the stored notebooks publish: nothing of the machine that executed them, nothing raw, nothing long.
+"""What the stored notebooks publish: nothing of the machine that executed them, nothing
+raw, nothing long.
 
-The site and Colab show the outputs stored in notebooks/*.ipynb. They must read the same whoever ran
-`make notebooks`: no path of that machine (its checkout and the folder above it, its home, the
-kernel's temporary files, the virtual environment's site-packages), no terminal escape codes, and no
-output too long to read. Cells stay short too (one idea per cell).
-"""
+The site and Colab show the outputs stored in notebooks/*.ipynb. They must read the same
+whoever ran `make notebooks`: no path of that machine (its checkout and the folder above
+it, its home, the kernel's temporary files, the virtual environment's site-packages), no
+terminal escape codes, and no output too long to read. Cells stay short too (one idea
+per cell)."""
 
 import json
 import re
@@ -26,14 +27,16 @@ DEFAULT_CELL_LINES = (12, None)
 
 
 def machine_paths() -> list[str]:
-    """Paths of this machine that could leak into an output. The machine that stored the outputs may
-    differ from the one testing them, hence also the generic patterns below."""
+    """Paths of this machine that could leak into an output. The machine that stored the
+    outputs may differ from the one testing them, hence also the generic patterns below.
+    """
     home = str(Path.home())
     return [p for p in {str(ROOT), str(ROOT.parent), home} if len(p) > 1]
 
 
-# The one escape code an output may store: expect_error's red exception type at the start of
-# a line (termcolor, forced, so the bytes are the same on every machine); the site shows it red.
+# The one escape code an output may store: expect_error's red exception type at the
+# start of a line (termcolor, forced, so the bytes are the same on every machine); the
+# site shows it red.
 RED_ERROR_TYPE = re.compile(r"(?m)^\x1b\[31m([A-Z]\w*)\x1b\[0m: ")
 
 
@@ -55,7 +58,8 @@ LEAKS = [
 
 
 def output_texts(output) -> list[str]:
-    """Every piece of text an output stores: stream text, each mimetype's data, an error's lines."""
+    """Every piece of text an output stores: stream text, each mimetype's data, an
+    error's lines."""
     texts = []
     if "text" in output:
         texts.append(output["text"])
@@ -86,7 +90,8 @@ def test_outputs_carry_nothing_of_the_machine(path):
                 for pattern, what in LEAKS:
                     if match := pattern.search(text):
                         problems.append(
-                            f"cell {i}: {what} ({text[max(0, match.start() - 30) : match.end() + 30]!r})"
+                            f"cell {i}: {what} "
+                            f"({text[max(0, match.start() - 30) : match.end() + 30]!r})"
                         )
     assert not problems, f"{path.name} stores: " + "; ".join(sorted(set(problems))[:10])
 

@@ -1,4 +1,5 @@
-"""Pairs and freshness: every chapter's markdown and notebook agree, and the notebook is executed."""
+"""Pairs and freshness: every chapter's markdown and notebook agree, and the notebook is
+executed."""
 
 import json
 from pathlib import Path
@@ -29,7 +30,8 @@ def test_pair_exists(name):
         f"notebooks/{name}.ipynb has no book/{name}.md"
     )
     assert (ROOT / "notebooks" / f"{name}.ipynb").exists(), (
-        f"book/{name}.md has no notebooks/{name}.ipynb: run `make notebooks CHAPTERS={name}`"
+        f"book/{name}.md has no notebooks/{name}.ipynb: "
+        f"run `make notebooks CHAPTERS={name}`"
     )
 
 
@@ -53,22 +55,26 @@ def test_notebook_executed_in_order(name):
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     counts = [c.execution_count for c in code_cells(nb)]
     assert counts == list(range(1, len(counts) + 1)), (
-        f"{name}: code cells not executed once, top to bottom (execution counts {counts})"
+        f"{name}: code cells not executed once, top to bottom "
+        f"(execution counts {counts})"
     )
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_no_stored_errors(name):
-    """Errors shown on purpose are caught by `expect_error`, which prints `Type: message`: a stored
-    traceback means a cell failed (or a `raises-exception` cell, which stops Colab's Run all)."""
+    """Errors shown on purpose are caught by `expect_error`, which prints
+    `Type: message`: a stored traceback means a cell failed (or a `raises-exception`
+    cell, which stops Colab's Run all)."""
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     for i, cell in enumerate(code_cells(nb)):
         assert "raises-exception" not in cell.metadata.get("tags", []), (
-            f"{name}: code cell {i + 1} is tagged raises-exception; use `with expect_error(...)` instead"
+            f"{name}: code cell {i + 1} is tagged raises-exception; "
+            "use `with expect_error(...)` instead"
         )
         errors = [o for o in cell.outputs if o.output_type == "error"]
         assert not errors, (
-            f"{name}: code cell {i + 1} stored an error: {errors[0].ename}: {errors[0].evalue}"
+            f"{name}: code cell {i + 1} stored an error: "
+            f"{errors[0].ename}: {errors[0].evalue}"
         )
 
 
@@ -79,7 +85,8 @@ def test_bootstrap_is_first_and_identical(name):
     assert first.source == BOOTSTRAP, (
         f"{name}: the first code cell must be tests/bootstrap.py, unchanged"
     )
-    # The site collapses its code (the reader sees the line it prints); Colab and Jupyter show it.
+    # The site collapses its code (the reader sees the line it prints); Colab and
+    # Jupyter show it.
     assert first.metadata.get("tags", []) == ["hide-input"], (
         f"{name}: tag the bootstrap cell hide-input"
     )
@@ -110,7 +117,8 @@ def test_execution_report_covers_every_chapter():
 
 
 def top_level_definitions(name):
-    """(kind, name, source) of every top-level def, class and single-name assignment in a chapter."""
+    """(kind, name, source) of every top-level def, class and single-name assignment in
+    a chapter."""
     import ast
 
     from IPython.core.inputtransformer2 import TransformerManager
@@ -166,38 +174,42 @@ def _definitions_in(source):
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_shared_helpers_are_the_canonical_ones(name):
-    """A chapter that defines one of the book's shared helpers copies tests/helpers.py exactly."""
+    """A chapter that defines one of the book's shared helpers copies tests/helpers.py
+    exactly."""
     canonical = canonical_helpers()
     for kind, helper, text in top_level_definitions(name):
         if helper in canonical:
             assert text == canonical[helper], (
-                f"{name}: `{helper}` differs from its one definition in tests/helpers.py; copy that one"
+                f"{name}: `{helper}` differs from its one definition in "
+                "tests/helpers.py; copy that one"
             )
 
 
-# Each chapter's single-device reference model goes by these names (house style: `mlp`, `loss`, ...).
+# Each chapter's single-device reference model goes by these names (house style: `mlp`,
+# `loss`, ...).
 CHAPTER_MODELS = {"mlp", "loss", "train"}
 
 
 def test_one_definition_per_function_name_across_chapters():
-    """A function name means one thing in the whole book: defined in two chapters, it is the same code;
-    and a name defined as a function in one chapter is not a plain value in another."""
+    """A function name means one thing in the whole book: defined in two chapters, it is
+    the same code; and a name defined as a function in one chapter is not a plain value
+    in another."""
     defs, values = {}, {}
     for name in CHAPTERS:
         for kind, helper, text in top_level_definitions(name):
-            (defs if kind == "def" else values).setdefault(helper, {}).setdefault(
-                text, []
-            ).append(name)
+            table = defs if kind == "def" else values
+            table.setdefault(helper, {}).setdefault(text, []).append(name)
+
+    def chapters(texts):
+        return sorted({c for cs in texts.values() for c in cs})
+
     clashes = [
-        f"`{h}` has {len(v)} different definitions (in {sorted({c for cs in v.values() for c in cs})})"
+        f"`{h}` has {len(v)} different definitions (in {chapters(v)})"
         for h, v in defs.items()
-        if h not in CHAPTER_MODELS
-        and len(v) > 1
-        and len({c for cs in v.values() for c in cs}) > 1
+        if h not in CHAPTER_MODELS and len(v) > 1 and len(chapters(v)) > 1
     ]
     clashes += [
-        f"`{h}` is a function in {sorted({c for cs in defs[h].values() for c in cs})} and a value in "
-        f"{sorted({c for cs in v.values() for c in cs})}"
+        f"`{h}` is a function in {chapters(defs[h])} and a value in {chapters(v)}"
         for h, v in values.items()
         if h in defs
     ]
@@ -205,7 +217,8 @@ def test_one_definition_per_function_name_across_chapters():
 
 
 def test_no_merge_conflict_markers():
-    """A conflict resolved in a hurry can leave its markers behind (bench/README.md once did)."""
+    """A conflict resolved in a hurry can leave its markers behind (bench/README.md
+    once did)."""
     import subprocess
 
     tracked = subprocess.run(

@@ -1,20 +1,21 @@
-"""Chapter times are a benchmark: reported and recorded every run, failing only on a gross regression.
+"""Chapter times are a benchmark: reported and recorded every run, failing only on a
+gross regression.
 
-Runs in the same pytest session as nbval (see Makefile), which measures every chapter as it executes
-it, kernel start included. Each chapter has a budget in wall seconds on the 2-core machine with 8
-simulated devices. Over budget is reported; the test fails only when a chapter takes more than
-GROSS times its budget both in wall seconds and in its kernel's CPU seconds. A busy machine
-stretches wall time, not the CPU time the chapter itself uses, so load alone does not fail it.
-"""
+Runs in the same pytest session as nbval (see Makefile), which measures every chapter as
+it executes it, kernel start included. Each chapter has a budget in wall seconds on the
+2-core machine with 8 simulated devices. Over budget is reported; the test fails only
+when a chapter takes more than GROSS times its budget both in wall seconds and in its
+kernel's CPU seconds. A busy machine stretches wall time, not the CPU time the chapter
+itself uses, so load alone does not fail it."""
 
 import pytest
 
 DEFAULT_BUDGET = (
     30  # seconds per chapter on the 2-core machine with 8 simulated devices
 )
-# Chapter 5 compiles the gradient of seven layouts, chapter 6 three training steps and an initialiser
-# (each 24-33 s on the idle 2-core machine, kernel start included); chapter 7 starts 2-4 worker
-# processes, each importing JAX.
+# Chapter 5 compiles the gradient of seven layouts, chapter 6 three training steps and
+# an initialiser (each 24-33 s on the idle 2-core machine, kernel start included);
+# chapter 7 starts 2-4 worker processes, each importing JAX.
 BUDGETS = {"05_transformer": 35, "06_training": 35, "07_multihost": 60}
 GROSS = 2  # a regression this many times the budget fails the suite
 
@@ -38,7 +39,8 @@ def test_no_chapter_grossly_over_budget(request):
     seconds = getattr(request.config, "notebook_seconds", {})
     if not seconds:
         pytest.skip(
-            "no notebook ran in this session: run with --nbval notebooks/ (as `make test` does)"
+            "no notebook ran in this session: "
+            "run with --nbval notebooks/ (as `make test` does)"
         )
     cpu = request.config.notebook_cpu_seconds
     slow = {

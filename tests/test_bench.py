@@ -1,0 +1,34 @@
+"""bench/matmul_rates.py runs in its CPU mode, so that the script that re-measures the
+accelerator figures cannot rot between the rare runs on a GPU or TPU."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "bench" / "matmul_rates.py"
+LINE = re.compile(
+    r"^\d+x\d+ @ \d+x\d+ (bfloat16|float16|float32): "
+    r"-?\d+(\.\d+)? us, (\S+ TFLOP/s|below the noise)$"
+)
+
+
+def test_matmul_rates_runs_on_cpu():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    header, *rows = out.stdout.strip().splitlines()
+    assert header.startswith("# cpu, JAX ") and "shapes / 16" in header, header
+    shapes = re.findall(r"^\s+\((\d+), (\d+), (\d+)\),", SCRIPT.read_text(), re.M)
+    assert len(rows) == 3 * len(shapes), rows  # every shape in every dtype
+    bad = [row for row in rows if not LINE.match(row)]
+    assert not bad, bad
