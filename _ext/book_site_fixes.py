@@ -60,9 +60,8 @@ def _is_mathjax(script) -> bool:
 
 def _no_mathjax3_config(app):
     """myst-parser fills `mathjax3_config`, which Sphinx would write as
-    `window.MathJax =
-    {...}`: MathJax 2 would read that object as its configuration. The site's MathJax 2
-    takes `mathjax2_config` from _config.yml instead."""
+    `window.MathJax = {...}`: MathJax 2 would read that object as its configuration. The
+    site's MathJax 2 takes `mathjax2_config` from _config.yml instead."""
     app.config.mathjax3_config = None
 
 
