@@ -99,3 +99,32 @@ def show_graph(graph):
         print("This graph needs Graphviz's `dot` program, which is not installed: "
               "install Graphviz (`apt-get install graphviz`, `brew install graphviz` "
               "or `conda install graphviz`) to see it.")
+
+
+# --- chapter 04 ---
+
+
+def executed_collectives(compiled, mesh, axis: str = "model") -> dict:
+    """Collectives a compiled program runs, a loop body's once per trip, zeros left out;
+    permutes that shift every device one step along `axis` (the mesh's last) are also
+    counted as "permute right" (to index + 1) or "permute left" (to index - 1)."""
+    if mesh.axis_names[-1] != axis:
+        raise ValueError(f"axis {axis!r} is not the last of mesh axes "
+                         f"{mesh.axis_names} (mesh shape {dict(mesh.shape)})")
+    k, hlo, counts = mesh.shape[axis], compiled.as_text(), {}
+    shift = {s: {(i, i - i % k + (i + s) % k) for i in range(mesh.size)}
+             for s in (1, -1)}
+    trips = dict(re.findall(r'body=%([^,\s]+).*?"known_trip_count":\{"n":"(\d+)"', hlo))
+    bodies = re.findall(r"^(?:ENTRY )?%(\S+) [^\n]*\{\n(.*?)^\}", hlo, re.M | re.S)
+    for name, body in bodies:
+        runs = int(trips.get(name, 1))
+        for op in COLLECTIVES:
+            if hits := len(re.findall(rf"\b{op}(?:-start)?\(", body)):
+                counts[op] = counts.get(op, 0) + runs * hits
+        for pairs in re.findall(r"collective-permute(?:-start)?\(.*?"
+                                r"source_target_pairs=\{(.*?)\}\}", body):
+            found = {tuple(map(int, p)) for p in re.findall(r"(\d+),(\d+)", pairs)}
+            key = ("permute right" if found == shift[1] else
+                   "permute left" if found == shift[-1] else "permute other")
+            counts[key] = counts.get(key, 0) + runs
+    return counts

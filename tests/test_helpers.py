@@ -139,3 +139,50 @@ def test_show_graph_with_graphviz_draws_svg():
         cwd=os.path.dirname(os.path.dirname(__file__)),
     )
     assert out.returncode == 0 and "SVG object" in out.stdout, out.stderr
+
+
+# --- chapter 04 ---
+
+
+def test_executed_collectives_counts_loop_trips_and_directions():
+    """On 8 simulated devices (a fresh process): a permute inside a 3-trip loop counts
+    3 times, sorted by direction; a plain psum once; a mesh whose last axis is not the
+    one asked for is refused with a ValueError naming the axes."""
+    code = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import executed_collectives
+mesh = jax.make_mesh((2, 4), ("data", "model"))
+x = jax.device_put(jnp.ones((2, 8)), jax.NamedSharding(mesh, P("data", "model")))
+def ring(x, step):
+    pairs = [(j, (j + step) % 4) for j in range(4)]
+    body = lambda i, y: jax.lax.ppermute(y, "model", pairs)
+    return jax.lax.fori_loop(0, 3, body, x)
+for f in (lambda x: ring(x, 1), lambda x: ring(x, -1), lambda x: ring(x, 2),
+          lambda x: jax.lax.psum(x, "model")):
+    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("data", "model"),
+                              out_specs=P("data", "model")))
+    print(executed_collectives(g.lower(x).compile(), mesh))
+try:
+    executed_collectives(g.lower(x).compile(), mesh, axis="data")
+except ValueError as err:
+    print(err)
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "{'collective-permute': 3, 'permute right': 3}",
+        "{'collective-permute': 3, 'permute left': 3}",
+        "{'collective-permute': 3, 'permute other': 3}",
+        "{'all-reduce': 1}",
+        "axis 'data' is not the last of mesh axes ('data', 'model') "
+        "(mesh shape {'data': 2, 'model': 4})",
+    ]
