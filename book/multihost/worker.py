@@ -17,8 +17,11 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 args = json.loads(sys.argv[1])       # from the launcher: see Job below
 jax.config.update("jax_num_cpu_devices", args["local_devices"])
 jax.config.update("jax_cpu_collectives_implementation", "gloo")  # across processes
+hold_until = time.monotonic() + 300  # the launcher says when to join (see Run 1)
 while args.get("hold") and not os.path.exists(args["hold"]):
-    time.sleep(0.05)                 # the launcher says when to join (see Run 1)
+    if time.monotonic() > hold_until:
+        sys.exit("never told to join")
+    time.sleep(0.05)
 print(json.dumps(dict(task="joining", t=time.time())), flush=True)
 if args["port"]:                     # everything named: address, count, index
     address = f"127.0.0.1:{args['port']}"       # loopback: serve and connect only here
@@ -85,8 +88,12 @@ def task_hybrid():
         (1, jax.local_device_count()), (jax.process_count(), 1),
         process_is_granule=True)
     mesh = Mesh(devices, ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
-    same = (devices == jax.make_mesh(devices.shape, mesh.axis_names).devices).all()
-    report_collectives("hybrid", mesh, same_as_make_mesh=bool(same))
+    try:                        # across TPU slices or GPU hosts make_mesh raises
+        plain = jax.make_mesh(devices.shape, mesh.axis_names).devices
+        same = bool((devices == plain).all())
+    except ValueError:
+        same = None
+    report_collectives("hybrid", mesh, same_as_make_mesh=same)
 
 
 def task_hybrid_per_device():
