@@ -99,3 +99,139 @@ def show_graph(graph):
         print("This graph needs Graphviz's `dot` program, which is not installed: "
               "install Graphviz (`apt-get install graphviz`, `brew install graphviz` "
               "or `conda install graphviz`) to see it.")
+
+
+# --- chapter 04 ---
+
+
+def executed_collectives(compiled, mesh, axis: str = "model") -> dict:
+    """Collectives a compiled program runs, a loop body's once per trip, zeros left out;
+    permutes that shift every device one step along `axis` (the mesh's last) are also
+    counted as "permute right" (to index + 1) or "permute left" (to index - 1)."""
+    if mesh.axis_names[-1] != axis:
+        raise ValueError(f"axis {axis!r} is not the last of mesh axes "
+                         f"{mesh.axis_names} (mesh shape {dict(mesh.shape)})")
+    k, hlo, counts = mesh.shape[axis], compiled.as_text(), {}
+    shift = {s: {(i, i - i % k + (i + s) % k) for i in range(mesh.size)}
+             for s in (1, -1)}
+    trips = dict(re.findall(r'body=%([^,\s]+).*?"known_trip_count":\{"n":"(\d+)"', hlo))
+    bodies = re.findall(r"^(?:ENTRY )?%(\S+) [^\n]*\{\n(.*?)^\}", hlo, re.M | re.S)
+    for name, body in bodies:
+        runs = int(trips.get(name, 1))
+        for op in COLLECTIVES:
+            if hits := len(re.findall(rf"\b{op}(?:-start)?\(", body)):
+                counts[op] = counts.get(op, 0) + runs * hits
+        for pairs in re.findall(r"collective-permute(?:-start)?\(.*?"
+                                r"source_target_pairs=\{(.*?)\}\}", body):
+            found = {tuple(map(int, p)) for p in re.findall(r"(\d+),(\d+)", pairs)}
+            key = ("permute right" if found == shift[1] else
+                   "permute left" if found == shift[-1] else "permute other")
+            counts[key] = counts.get(key, 0) + runs
+    return counts
+
+# --- chapter 05 ---
+# Readers of a compiled program's HLO text: its collectives, the JAX operation each one
+# came from (its op_name metadata), and the sizes of what they communicate.
+
+
+def collective_ops(compiled) -> list:
+    """(kind, operand count, JAX op name) of every collective in the compiled program
+    (an asynchronous start/done pair once)."""
+    found = []
+    for line in compiled.as_text().splitlines():
+        kinds = "|".join(COLLECTIVES)
+        if match := re.search(rf"\b({kinds})(?:-start)?\((.*?)\)(.*)$", line):
+            kind, operands, rest = match.groups()
+            origin = re.search(r'op_name="([^"]*)"', rest)
+            found.append((kind, operands.count("%"), origin[1] if origin else "?"))
+    return found
+
+
+def array_origins(compiled) -> list:
+    """(kind, JAX op name) of every array a collective sends. XLA's combiner merges
+    collectives of one kind into one op, whose name lists its arrays' names as
+    (a:b:...) after any shared prefix; an op that sends several arrays for one JAX
+    operation has that one name."""
+    found = []
+    for kind, arrays, name in collective_ops(compiled):
+        name = name.split("/", 1)[-1]                      # drop the jit(...) prefix
+        combined = re.fullmatch(r"(.*/)?\((.*)\)", name) if arrays > 1 else None
+        if combined:
+            names = [(combined[1] or "") + part for part in combined[2].split(":")]
+        else:
+            names = [name] * arrays
+        if len(names) != arrays:
+            raise ValueError(f"{kind} sends {arrays} arrays but is named {name!r}")
+        found += [(kind, part) for part in names]
+    return found
+
+
+def count_collective_arrays(compiled, backward=None) -> dict:
+    """How many arrays each kind of collective sends: all of them, or only the
+    backward pass's (backward=True: JAX names its operations transpose(...)) or only
+    the rest (backward=False)."""
+    counts = {}
+    for kind, name in array_origins(compiled):
+        if backward is None or name.startswith("transpose(") == backward:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def hlo_arrays(types: str) -> list:
+    """(element type, element count) of every array in an HLO type, such as
+    `(f32[4,8]{1,0}, bf16[])`."""
+    found = []
+    for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", types):
+        count = 1
+        for size in filter(None, dims.split(",")):
+            count *= int(size)
+        found.append((dtype, count))
+    return found
+
+
+def collective_elements(compiled, kind) -> int:
+    """Elements in the results of every `kind` collective: what each device ends up
+    holding after them, over the whole program."""
+    total = 0
+    for line in compiled.as_text().splitlines():
+        if match := re.search(rf"= (.*?) {kind}(?:-start)?\(", line):
+            total += sum(count for _, count in hlo_arrays(match[1]))
+    return total
+
+
+def hlo_results(compiled, op, origin) -> list:
+    """The result types (without layout) of every `op` in the compiled program whose
+    JAX op name ends in /`origin`."""
+    pattern = rf'= (\w+\[[\d,]*\])\S* {op}\(.*op_name="[^"]*/{re.escape(origin)}"'
+    return re.findall(pattern, compiled.as_text())
+
+
+def group_size(attributes: str) -> int:
+    """The devices in each replica group of an HLO collective, read from its
+    attributes: replica_groups=mesh[...] {axes}, [G,k]<=[...] or {{...},...}."""
+    g = re.search(r"replica_groups=(?:mesh\[([^\]]*)\] \{([^}]*)\}"
+                  r"|\[\d+,(\d+)\]<=|\{\{([\d,]*)\})", attributes)
+    if g is None:
+        raise ValueError(f"no replica groups in {attributes[:80]!r}")
+    if g[1] is not None:
+        sizes = dict(re.findall(r"'(\w+)'=(\d+)", g[1]))
+        k = 1
+        for axis in re.findall(r"'(\w+)'", g[2]):
+            k *= int(sizes[axis])
+        return k
+    return int(g[3]) if g[3] else len(g[4].split(","))
+
+
+def collective_bytes(compiled, kind) -> float:
+    """Bytes each device sends in every (synchronous) `kind` collective, as a ring over
+    its group of k: (k-1)/k of an all-gather's result, 2 (k-1)/k of an all-reduce's."""
+    if kind not in ("all-gather", "all-reduce"):
+        raise ValueError(f"kind = {kind!r}: only all-gather and all-reduce are read")
+    element_bytes = {"f32": 4, "bf16": 2, "s32": 4, "pred": 1}
+    total = 0.0
+    for line in compiled.as_text().splitlines():
+        if match := re.search(rf"= (.*?) {kind}\((.*)$", line):
+            k = group_size(match[2])
+            result = sum(element_bytes[t] * count for t, count in hlo_arrays(match[1]))
+            total += (2 if kind == "all-reduce" else 1) * (k - 1) / k * result
+    return total

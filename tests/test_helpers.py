@@ -139,3 +139,171 @@ def test_show_graph_with_graphviz_draws_svg():
         cwd=os.path.dirname(os.path.dirname(__file__)),
     )
     assert out.returncode == 0 and "SVG object" in out.stdout, out.stderr
+
+
+# --- chapter 04 ---
+
+
+def test_executed_collectives_counts_loop_trips_and_directions():
+    """On 8 simulated devices (a fresh process): a permute inside a 3-trip loop counts
+    3 times, sorted by direction; a plain psum once; a mesh whose last axis is not the
+    one asked for is refused with a ValueError naming the axes."""
+    code = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import executed_collectives
+mesh = jax.make_mesh((2, 4), ("data", "model"))
+x = jax.device_put(jnp.ones((2, 8)), jax.NamedSharding(mesh, P("data", "model")))
+def ring(x, step):
+    pairs = [(j, (j + step) % 4) for j in range(4)]
+    body = lambda i, y: jax.lax.ppermute(y, "model", pairs)
+    return jax.lax.fori_loop(0, 3, body, x)
+for f in (lambda x: ring(x, 1), lambda x: ring(x, -1), lambda x: ring(x, 2),
+          lambda x: jax.lax.psum(x, "model")):
+    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("data", "model"),
+                              out_specs=P("data", "model")))
+    print(executed_collectives(g.lower(x).compile(), mesh))
+try:
+    executed_collectives(g.lower(x).compile(), mesh, axis="data")
+except ValueError as err:
+    print(err)
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
+
+# --- chapter 05 ---
+class FakeCompiled:
+    """Only what the HLO readers read: as_text(). The lines are a CPU compilation's,
+    cut short."""
+
+    def __init__(self, *lines):
+        self.text = "\n".join(lines)
+
+    def as_text(self):
+        return self.text
+
+
+COMBINED = (
+    "  %all-reduce.17 = (f32[], f32[64]{0}, /*index=2*/f32[3,4,16,64]{3,2,1,0}) "
+    "all-reduce(%fusion, %ynn_fusion.17, %ynn_fusion.3), channel_id=1, "
+    "replica_groups=mesh['data'=2,'model'=4] {'data','model'}, "
+    "use_global_device_ids=true, to_apply=%region_17.18.clone, "
+    'metadata={op_name="jit(loss)/(jvp()/reduce_sum:transpose(jvp())/reduce_sum:'
+    'transpose(jvp(btd,dchk->cbthk))/dot_general)" stack_frame_id=62}'
+)
+GATHER = (
+    "  %all-gather.2 = f32[64,3,4,16]{3,2,1,0} all-gather(%param.3), channel_id=3, "
+    "replica_groups=mesh['data'=2,'model'=4] {'model'}, dimensions={0}, "
+    "use_global_device_ids=true, metadata={op_name=\"params[\\'blocks\\'][0]\"}"
+)
+SUM = (
+    "  %all-reduce = f32[32,16,64]{2,1,0} all-reduce(%bitcast.19), channel_id=6, "
+    "replica_groups=[2,4]<=[8], use_global_device_ids=true, to_apply=%add.clone, "
+    'metadata={op_name="jit(loss)/jvp(bthk,hkd->btd)/dot_general" stack_frame_id=30}'
+)
+SLICE = (
+    "  %dynamic-slice.46 = f32[4,64]{1,0} dynamic-slice(%param_0.93, %multiply.54), "
+    'dynamic_slice_sizes={4,64}, metadata={op_name="jit(loss)/jvp()/reshard"}'
+)
+ASYNC = (
+    "  %all-gather-start = (f32[8]{0}, f32[32]{0}) all-gather-start(%p), "
+    "replica_groups={{0,1,2,3}}, dimensions={0}"
+)
+
+
+def test_collective_ops_and_array_origins():
+    program = FakeCompiled(COMBINED, GATHER, SUM, SLICE, "  %all-gather-done = f32[32]")
+    assert helpers.collective_ops(program) == [
+        ("all-reduce", 3, COMBINED.split('op_name="')[1].split('"')[0]),
+        ("all-gather", 1, "params[\\'blocks\\'][0]"),
+        ("all-reduce", 1, "jit(loss)/jvp(bthk,hkd->btd)/dot_general"),
+    ]
+    assert helpers.array_origins(program) == [
+        ("all-reduce", "jvp()/reduce_sum"),
+        ("all-reduce", "transpose(jvp())/reduce_sum"),
+        ("all-reduce", "transpose(jvp(btd,dchk->cbthk))/dot_general"),
+        ("all-gather", "params[\\'blocks\\'][0]"),
+        ("all-reduce", "jvp(bthk,hkd->btd)/dot_general"),
+    ]
+    assert helpers.count_collective_arrays(program) == {
+        "all-reduce": 4,
+        "all-gather": 1,
+    }
+    assert helpers.count_collective_arrays(program, backward=True) == {"all-reduce": 2}
+    assert helpers.count_collective_arrays(FakeCompiled(SLICE)) == {}
+
+
+def test_array_origins_refuses_a_name_that_does_not_list_every_array():
+    two_names = COMBINED.replace("reduce_sum:transpose(jvp())/", "")
+    with pytest.raises(ValueError, match="all-reduce sends 3 arrays"):
+        helpers.array_origins(FakeCompiled(two_names))
+
+
+def test_hlo_sizes_elements_and_results():
+    assert helpers.hlo_arrays("(f32[], bf16[2,3]{1,0}, /*index=2*/s32[4])") == [
+        ("f32", 1),
+        ("bf16", 6),
+        ("s32", 4),
+    ]
+    program = FakeCompiled(COMBINED, GATHER, SUM, SLICE, ASYNC)
+    assert helpers.collective_elements(program, "all-reduce") == 1 + 64 + 12288 + 32768
+    assert helpers.collective_elements(program, "all-gather") == 12288 + 8 + 32
+    assert helpers.collective_elements(program, "reduce-scatter") == 0
+    assert helpers.hlo_results(program, "dynamic-slice", "reshard") == ["f32[4,64]"]
+    assert helpers.hlo_results(
+        program, "all-reduce", "jvp(bthk,hkd->btd)/dot_general"
+    ) == ["f32[32,16,64]"]
+    assert helpers.hlo_results(program, "dynamic-slice", "gather") == []
+
+
+def test_group_size_and_collective_bytes():
+    assert helpers.group_size(COMBINED) == 8
+    assert helpers.group_size(GATHER) == 4
+    assert helpers.group_size(SUM) == 4
+    assert helpers.group_size(ASYNC) == 4
+    with pytest.raises(ValueError, match="no replica groups"):
+        helpers.group_size("all-reduce(%x), to_apply=%add")
+    # A ring all-reduce sends 2 (k-1)/k of its result, an all-gather (k-1)/k.
+    all_reduced = 2 * 7 / 8 * 4 * (1 + 64 + 12288) + 2 * 3 / 4 * 4 * 32768
+    program = FakeCompiled(COMBINED, GATHER, SUM)
+    assert helpers.collective_bytes(program, "all-reduce") == pytest.approx(all_reduced)
+    assert helpers.collective_bytes(program, "all-gather") == 3 / 4 * 4 * 12288
+    with pytest.raises(ValueError, match="'reduce-scatter'"):
+        helpers.collective_bytes(program, "reduce-scatter")
+
+
+def test_hlo_readers_on_a_compiled_program():
+    """On 2 simulated devices (a fresh process): a psum is named for the JAX
+    operation it came from, and read as one all-reduce of 4 floats, 16 bytes sent."""
+    code = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import array_origins, collective_bytes, collective_elements
+mesh = jax.make_mesh((2,), ("data",))
+x = jax.device_put(jnp.ones(8), jax.NamedSharding(mesh, P("data")))
+f = jax.shard_map(lambda x: jax.lax.psum(x, "data"), mesh=mesh,
+                  in_specs=P("data"), out_specs=P())
+c = jax.jit(f).lower(x).compile()
+print([(kind, "psum" in name) for kind, name in array_origins(c)],
+      collective_elements(c, "all-reduce"),
+      collective_bytes(c, "all-reduce"))
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "{'collective-permute': 3, 'permute right': 3}",
+        "{'collective-permute': 3, 'permute left': 3}",
+        "{'collective-permute': 3, 'permute other': 3}",
+        "{'all-reduce': 1}",
+        "axis 'data' is not the last of mesh axes ('data', 'model') "
+        "(mesh shape {'data': 2, 'model': 4})",
+    ]
+
+    assert out.stdout.strip() == "[('all-reduce', True)] 4 16.0"

@@ -1,151 +1,277 @@
-# worker.py: one process of a multi-process JAX program (chapter 7). It joins the others over
-# loopback, runs the tasks named in its JSON argument, and prints one JSON line per result.
+# worker.py: one process of a multi-process JAX program (chapter 7). It joins the
+# others, runs the tasks named in its JSON argument, prints one JSON line per result.
 import json
 import os
 import re
 import sys
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import P
 from jax.experimental import mesh_utils, multihost_utils
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding
 
-args = json.loads(sys.argv[1])       # port, processes, process_id, local_devices, join_timeout, ...
-jax.config.update("jax_num_cpu_devices", args["local_devices"])  # simulated devices of this process
-jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
-jax.distributed.initialize(coordinator_address=f"127.0.0.1:{args['port']}",  # process 0 serves here
-                           coordinator_bind_address=f"127.0.0.1:{args['port']}",  # loopback only
-                           num_processes=args["processes"], process_id=args["process_id"],
-                           initialization_timeout=args["join_timeout"])
+args = json.loads(sys.argv[1])       # from the launcher: see Job below
+jax.config.update("jax_num_cpu_devices", args["local_devices"])
+jax.config.update("jax_cpu_collectives_implementation", "gloo")  # across processes
+hold_until = time.monotonic() + 300  # the launcher says when to join (see Run 1)
+while args.get("hold") and not os.path.exists(args["hold"]):
+    if time.monotonic() > hold_until:
+        sys.exit("never told to join")
+    time.sleep(0.05)
+print(json.dumps(dict(task="joining", t=time.time())), flush=True)
+if args["port"]:                     # everything named: address, count, index
+    address = f"127.0.0.1:{args['port']}"       # loopback: serve and connect only here
+    jax.distributed.initialize(
+        coordinator_address=address, coordinator_bind_address=address,
+        num_processes=args["processes"], process_id=args["process_id"],
+        **args["options"])           # timeouts, certificates
+else:                                # on a cluster: JAX reads the scheduler's variables
+    jax.distributed.initialize()
 STATE = {}                           # what one task leaves for the next
 
 
 def report(task, **values):
     """One JSON line per result; every process reports, the notebook compares them."""
-    print(json.dumps(dict(task=task, process=jax.process_index(), **values)), flush=True)
+    values = dict(task=task, process=jax.process_index(), **values)
+    print(json.dumps(values), flush=True)
 
 
 def task_devices():
     report("devices", process_count=jax.process_count(),
-           global_ids=[d.id for d in jax.devices()], local_ids=[d.id for d in jax.local_devices()])
+           global_ids=[d.id for d in jax.devices()],
+           local_ids=[d.id for d in jax.local_devices()],
+           owners=[d.process_index for d in jax.devices()],
+           slices=[d.slice_index for d in jax.devices()],
+           visible=jax.config.values["jax_cuda_visible_devices"])
+
+
+def data_mesh():
+    """A 1-D `data` mesh over every device, process by process."""
+    devices = mesh_utils.create_hybrid_device_mesh(
+        (jax.local_device_count(),), (jax.process_count(),), process_is_granule=True)
+    return Mesh(devices, ("data",), axis_types=(AxisType.Explicit,))
 
 
 def rows_of_this_process(n_rows):
-    """The global row numbers this process loads: its devices' rows on a 1-D `data` mesh."""
+    """The global row numbers this process loads: its devices' rows on data_mesh()."""
     per_process = n_rows // jax.process_count()
-    return np.arange(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+    first = jax.process_index() * per_process
+    return np.arange(first, first + per_process)
 
 
 def task_global_array():
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    rows = rows_of_this_process(2 * jax.device_count())        # B = 2 rows per device
-    x_local = (rows[:, None] * 3 + np.arange(3)).astype(np.float32)   # x[i, j] = 3 i + j
-    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), x_local)
-    col_sums = jax.jit(lambda x: jnp.sum(x * x, axis=0))(x)      # over every process's rows
+    rows = rows_of_this_process(16)                  # 16 rows over all processes
+    x_local = (rows[:, None] * 3 + np.arange(3)).astype(np.float32)   # x[i, j] = 3i + j
+    x = jax.make_array_from_process_local_data(
+        NamedSharding(data_mesh(), P("data")), x_local)
+    col_sums = jax.jit(lambda x: jnp.sum(x * x, axis=0))(x)  # over every process's rows
+    shards = [[s.device.id, s.index[0].start, s.index[0].stop]
+              for s in x.addressable_shards]
     report("global_array", shape=list(x.shape), local_shape=list(x_local.shape),
-           fully_addressable=x.is_fully_addressable, result=np.asarray(col_sums).tolist(),
-           shards=[[s.device.id, s.index[0].start, s.index[0].stop] for s in x.addressable_shards])
+           fully_addressable=x.is_fully_addressable, shards=shards,
+           result=np.asarray(col_sums).tolist())
+
+
+def host_of_each_process():
+    """The host of every process: SLURM_NODEID where SLURM launched it, else its own."""
+    mine = int(os.environ.get("SLURM_NODEID", jax.process_index()))
+    return multihost_utils.process_allgather(np.array([mine])).ravel().tolist()
 
 
 def task_hybrid():
-    mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("data", "model"))
-    hybrid = mesh_utils.create_hybrid_device_mesh(   # (within a process, across processes)
-        (1, jax.local_device_count()), (jax.process_count(), 1), process_is_granule=True)
-    assert (hybrid == mesh.devices).all(), "make_mesh and the hybrid mesh disagree"
-    sds = lambda shape, spec: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
-    x, w1, w2 = sds((8, 16), P("data", None)), sds((16, 32), P(None, "model")), sds((32, 16), P("model", None))
+    """One process per host: a process is a group of fast-linked devices."""
+    devices = mesh_utils.create_hybrid_device_mesh(   # (ICI shape, DCN shape)
+        (1, jax.local_device_count()), (jax.process_count(), 1),
+        process_is_granule=True)
+    mesh = Mesh(devices, ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    try:                        # across TPU slices or GPU hosts make_mesh raises
+        plain = jax.make_mesh(devices.shape, mesh.axis_names).devices
+        same = bool((devices == plain).all())
+    except ValueError:
+        same = None
+    report_collectives("hybrid", mesh, same_as_make_mesh=same)
 
-    def loss_tp(w1, w2, x):                          # Megatron MLP: one reduction over `model`
+
+def task_hybrid_per_device():
+    """One process per device: group by host, as slice_index does on GPUs."""
+    try:
+        mesh_utils.create_hybrid_device_mesh((1, 2), (2, 1), process_is_granule=True)
+        error = None
+    except ValueError as err:
+        error = f"ValueError: {err}"
+    host = host_of_each_process()
+    devices = sorted(jax.devices(), key=lambda d: (host[d.process_index], d.id))
+    per_host = jax.device_count() // len(set(host))
+    mesh = Mesh(np.reshape(devices, (-1, per_host)), ("data", "model"),
+                axis_types=(AxisType.Explicit,) * 2)
+    report_collectives("hybrid_per_device", mesh, error=error)
+
+
+def report_collectives(task, mesh, **values):
+    """Compile a Megatron MLP's gradient; report each collective's group size and how
+    many processes and hosts a group spans."""
+    put = lambda shape, spec: jax.ShapeDtypeStruct(
+        shape, jnp.float32, sharding=NamedSharding(mesh, spec))
+    x, w1, w2 = (put((8, 16), P("data", None)), put((16, 32), P(None, "model")),
+                 put((32, 16), P("model", None)))
+
+    def loss_tp(w1, w2, x):                          # one reduction over `model`
         h = jnp.tanh(x @ w1)
-        return jnp.mean(jnp.matmul(h, w2, out_sharding=NamedSharding(mesh, P("data", None))) ** 2)
+        y = jnp.matmul(h, w2, out_sharding=NamedSharding(mesh, P("data", None)))
+        return jnp.mean(y ** 2)
 
-    compiled = jax.jit(jax.grad(loss_tp, argnums=(0, 1))).lower(w1, w2, x).compile()
-    found = [[op, *group_span(line, mesh)] for line in compiled.as_text().splitlines()
-             for op in re.findall(r"\b(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)"
-                                  r"(?:-start)?\(.*(?:replica_groups|source_target_pairs)=", line)]
-    report("hybrid", processes=[[d.process_index for d in row] for row in mesh.devices], collectives=found)
+    grad = jax.jit(jax.grad(loss_tp, argnums=(0, 1)))
+    hlo = grad.lower(w1, w2, x).compile().as_text()
+    host = host_of_each_process()
+    found = []
+    for line in hlo.splitlines():
+        kinds = r"all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute"
+        if op := re.search(rf"\b({kinds})(?:-start)?\(.*(?:groups|pairs)=", line):
+            groups = device_groups(line, mesh)
+            spans = [[len({mesh.devices.flat[i].process_index for i in g}),
+                      len({host[mesh.devices.flat[i].process_index] for i in g})]
+                     for g in groups]
+            found.append([op.group(1), len(groups[0]), *np.max(spans, axis=0).tolist()])
+    report(task, collectives=found, hosts=[[host[d.process_index] for d in row]
+                                           for row in mesh.devices], **values)
 
 
-def group_span(line, mesh):
-    """For one collective in HLO text: devices per group, and whether a group spans processes."""
+def device_groups(line, mesh):
+    """The device groups of one collective in HLO text, as positions in the mesh."""
     spec = re.search(r"(?:replica_groups|source_target_pairs)=(mesh\[.*?\] \{.*?\}|"
-                     r"\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?|\{[\d,{}]*\})", line).group(1)
+                     r"\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?|\{[\d,{}]*\})", line)[1]
     positions = np.arange(mesh.size).reshape(mesh.devices.shape)
     if spec.startswith("mesh"):                      # mesh['data'=2,'model'=4] {'data'}
-        axes = [mesh.axis_names.index(a) for a in re.findall(r"'(\w+)'", spec.split("{")[1])]
+        names = re.findall(r"'(\w+)'", spec.split("{")[1])
+        axes = [mesh.axis_names.index(a) for a in names]
         size = int(np.prod([mesh.devices.shape[a] for a in axes]))
-        groups = np.moveaxis(positions, axes, range(-len(axes), 0)).reshape(-1, size).tolist()
-    elif spec.startswith("["):                       # [groups, size]<=[dims]T(permutation)
-        shape, dims, *perm = [[int(d) for d in g.split(",")] for g in re.findall(r"[\[(]([\d,]+)[\])]", spec)]
-        groups = np.arange(np.prod(dims)).reshape(dims).transpose(*perm).reshape(shape).tolist()
-    else:                                            # {{0,1},{2,3}}
-        groups = [[int(d) for d in g.split(",")] for g in re.findall(r"\{([\d,]+)\}", spec)]
-    return len(groups[0]), any(len({mesh.devices.flat[i].process_index for i in g}) > 1 for g in groups)
+        moved = np.moveaxis(positions, axes, range(-len(axes), 0))
+        return moved.reshape(-1, size).tolist()
+    if spec.startswith("["):                         # [groups,size]<=[dims]T(perm)
+        numbers = re.findall(r"[\[(]([\d,]+)[\])]", spec)
+        shape, dims, *perm = [[int(d) for d in g.split(",")] for g in numbers]
+        iota = np.arange(np.prod(dims)).reshape(dims).transpose(*perm)
+        return iota.reshape(shape).tolist()
+    return [[int(d) for d in g.split(",")]           # {{0,1},{2,3}}
+            for g in re.findall(r"\{([\d,]+)\}", spec)]
 
 
 def batch_rows(step, rows):
-    """Rows of one step's batch, each drawn from its own seed: any process can load any rows."""
-    x = np.stack([np.random.default_rng([step, r]).standard_normal(8) for r in rows]).astype(np.float32)
-    return x, np.tanh(x[:, :4].sum(axis=1, keepdims=True) / 2).astype(np.float32)
+    """Rows of one step's batch, each from its own seed: any process loads any rows."""
+    x = np.stack([np.random.default_rng([step, r]).standard_normal(8) for r in rows])
+    y = np.tanh(x[:, :4].sum(axis=1, keepdims=True) / 2)
+    return x.astype(np.float32), y.astype(np.float32)
+
+
+def loss(params, x, y):
+    w1, w2 = params
+    return jnp.mean((jnp.tanh(x @ w1) @ w2 - y) ** 2)
+
+
+@jax.jit
+def sgd_update(params, x, y):
+    value, grads = jax.value_and_grad(loss)(params, x, y)   # grads all-reduced: `data`
+    return [w - 0.2 * g for w, g in zip(params, grads)], value
+
+
+def first_params():
+    rng = np.random.default_rng(0)         # every process draws the same weights
+    params = [rng.standard_normal((8, 32)).astype(np.float32) / 8 ** 0.5,
+              rng.standard_normal((32, 1)).astype(np.float32) / 32 ** 0.5]
+    return jax.device_put(params, NamedSharding(data_mesh(), P()))   # replicated
+
+
+def train(params, steps, after_step=lambda step, params: None):
+    losses, sharding = [], NamedSharding(data_mesh(), P("data"))
+    for step in steps:
+        rows = rows_of_this_process(32)                 # this process's rows only
+        x, y = (jax.make_array_from_process_local_data(sharding, a)
+                for a in batch_rows(step, rows))
+        params, value = sgd_update(params, x, y)
+        losses.append(float(value))
+        after_step(step, params)
+    return params, losses
 
 
 def task_train():
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    rng = np.random.default_rng(0)                   # every process draws the same initial weights
-    params = [rng.standard_normal((8, 32)).astype(np.float32) / 8 ** 0.5,
-              rng.standard_normal((32, 1)).astype(np.float32) / 32 ** 0.5]
-    params = jax.device_put(params, NamedSharding(mesh, P()))      # replicated on every device
+    STATE["params"], losses = train(first_params(), range(10))
+    report("train", losses=losses, w2=np.asarray(STATE["params"][1]).ravel().tolist())
 
-    def loss(params, x, y):
-        w1, w2 = params
-        return jnp.mean((jnp.tanh(x @ w1) @ w2 - y) ** 2)
 
-    @jax.jit
-    def sgd_update(params, x, y):
-        value, grads = jax.value_and_grad(loss)(params, x, y)    # grads: all-reduced over `data`
-        return [w - 0.2 * g for w, g in zip(params, grads)], value
+def save(path, tree):
+    import orbax.checkpoint as ocp
+    checkpointer = ocp.StandardCheckpointer()    # every process writes what it holds
+    checkpointer.save(path, tree)
+    checkpointer.wait_until_finished()
 
-    losses = []
-    for i in range(10):
-        x, y = batch_rows(i, rows_of_this_process(32))          # this process's rows only
-        x, y = (jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), a) for a in (x, y))
-        params, value = sgd_update(params, x, y)
-        losses.append(float(value))
-    STATE["params"] = params
-    report("train", losses=losses, w2=np.asarray(params[1]).ravel().tolist())
+
+def restore(path, tree):
+    import orbax.checkpoint as ocp
+    return ocp.StandardCheckpointer().restore(path, tree)
+
+
+def placed(shape, spec):
+    return jax.ShapeDtypeStruct(shape, jnp.float32,
+                                sharding=NamedSharding(data_mesh(), spec))
 
 
 def task_save():
-    import orbax.checkpoint as ocp
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
     rows = rows_of_this_process(16)
-    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")),
-                                               (rows[:, None] * 3 + np.arange(3)).astype(np.float32))
-    checkpointer = ocp.StandardCheckpointer()        # every process writes the shards it holds
-    checkpointer.save(os.path.join(args["ckpt_dir"], "trained"), dict(params=STATE["params"], x=x))
-    checkpointer.wait_until_finished()
-    report("save", saved=True)
+    x_local = (rows[:, None] * 3 + np.arange(3)).astype(np.float32)
+    x = jax.make_array_from_process_local_data(NamedSharding(data_mesh(), P("data")),
+                                               x_local)
+    save(os.path.join(args["ckpt_dir"], "trained"), dict(params=STATE["params"], x=x))
+    report("save", files=sorted(os.listdir(os.path.join(args["ckpt_dir"], "trained"))))
 
 
 def task_restore():
-    import orbax.checkpoint as ocp
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    sds = lambda shape, spec: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
-    target = dict(params=[sds((8, 32), P()), sds((32, 1), P())], x=sds((16, 3), P("data")))
-    restored = ocp.StandardCheckpointer().restore(os.path.join(args["ckpt_dir"], "trained"), target)
-    report("restore", w2=np.asarray(restored["params"][1]).ravel().tolist(),
-           rows={s.index[0].start: np.asarray(s.data).tolist() for s in restored["x"].addressable_shards})
+    target = dict(params=[placed((8, 32), P()), placed((32, 1), P())],
+                  x=placed((16, 3), P("data")))
+    restored = restore(os.path.join(args["ckpt_dir"], "trained"), target)
+    rows = {s.index[0].start: np.asarray(s.data).tolist()
+            for s in restored["x"].addressable_shards}
+    report("restore", w2=np.asarray(restored["params"][1]).ravel().tolist(), rows=rows)
+
+
+def task_fault():
+    folder = os.path.join(args["ckpt_dir"], "fault")
+
+    def after_step(step, params):
+        if step % 3 == 2:                            # after steps 2, 5, 8
+            save(os.path.join(folder, str(step + 1)), params)   # named: steps done
+        if step == 6:
+            report("fault", steps_done=7, t=time.time())
+            if jax.process_index() == 1:
+                batch_rows(7, rows_of_this_process(32))  # loads its rows for step 7 ...
+                os._exit(1)                          # ... dies before the all-reduce
+
+    try:
+        train(first_params(), range(10), after_step)
+    except Exception:                                # gloo: "connection closed by peer"
+        threading.Event().wait()                     # as if stuck in the collective
+    report("fault", finished=True)                   # never reached
+
+
+def task_resume():
+    """Restore the last complete checkpoint of the faulty run and train to step 10."""
+    folder = os.path.join(args["ckpt_dir"], "fault")
+    done = max(int(name) for name in os.listdir(folder) if name.isdigit())
+    params = restore(os.path.join(folder, str(done)), [placed((8, 32), P()),
+                                                       placed((32, 1), P())])
+    _, losses = train(params, range(done, 10))
+    report("resume", first_step=done, losses=losses)
 
 
 def task_mismatch():
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    rows = rows_of_this_process(16)[: 8 - jax.process_index()]   # process 1 loads one row short
+    rows = rows_of_this_process(16)[: 8 - jax.process_index()]  # process 1: a row short
     try:
-        jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")),
-                                               np.zeros((len(rows), 3), np.float32), (16, 3))
+        jax.make_array_from_process_local_data(NamedSharding(data_mesh(), P("data")),
+                                               np.zeros((len(rows), 3), np.float32),
+                                               (16, 3))
         report("mismatch", error=None)
     except ValueError as err:
         report("mismatch", error=f"{type(err).__name__}: {err}")
@@ -153,13 +279,14 @@ def task_mismatch():
 
 def task_one_sided():
     mine = np.array([jax.process_index()])
-    everyone = multihost_utils.process_allgather(mine)   # safe: every process calls the collective
-    if jax.process_index() == 0:                         # ... and one of them prints
+    everyone = multihost_utils.process_allgather(mine)  # safe: every process calls it
+    if jax.process_index() == 0:                        # ... and one of them prints
         report("one_sided", gathered=everyone.ravel().tolist())
-    if jax.process_index() == 0:                         # the bug: a collective on one process only
-        watchdog = threading.Timer(args["watchdog"], lambda: (report("one_sided", stuck=True), os._exit(3)))
+    if jax.process_index() == 0:                        # the bug: one process only
+        stuck = lambda: (report("one_sided", stuck=True), os._exit(3))
+        watchdog = threading.Timer(args["watchdog"], stuck)
         watchdog.start()
-        multihost_utils.process_allgather(mine)           # waits for peers that never come
+        multihost_utils.process_allgather(mine)         # waits for absent peers
         watchdog.cancel()
 
 
