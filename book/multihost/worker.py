@@ -30,7 +30,7 @@ if args["port"]:                     # everything named: address, count, index
         num_processes=args["processes"], process_id=args["process_id"],
         **args["options"])           # timeouts, certificates
 else:                                # on a cluster: JAX reads the scheduler's variables
-    jax.distributed.initialize()
+    jax.distributed.initialize(**args["options"])
 STATE = {}                           # what one task leaves for the next
 
 
