@@ -129,6 +129,7 @@ def executed_collectives(compiled, mesh, axis: str = "model") -> dict:
             counts[key] = counts.get(key, 0) + runs
     return counts
 
+
 # --- chapter 05 ---
 # Readers of a compiled program's HLO text: its collectives, the JAX operation each one
 # came from (its op_name metadata), and the sizes of what they communicate.
