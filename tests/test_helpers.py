@@ -12,6 +12,24 @@ import pytest
 
 from tests import helpers
 
+ROOT = os.path.dirname(os.path.dirname(__file__))
+
+
+def run_on_simulated_devices(code: str, devices: int) -> str:
+    """Run `code` in a fresh Python process with `devices` simulated CPU devices (JAX
+    fixes the count when it starts) and return what it printed; fail if it fails."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
 
 def test_expect_error_prints_type_and_message_once(capsys):
     with helpers.expect_error(ValueError):
@@ -79,17 +97,8 @@ summed = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x, "data"), mesh=mesh,
 print(count_collectives(summed.lower(x).compile()),
       count_collectives(jax.jit(jnp.sin).lower(1.0).compile()))
 """
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "{'all-reduce': 1} {}"
+    stdout = run_on_simulated_devices(code, 2)
+    assert stdout.strip() == "{'all-reduce': 1} {}"
 
 
 def test_median_ms_and_hardware():
@@ -112,7 +121,7 @@ def test_show_graph_without_graphviz_says_how_to_install_it():
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("\n") == 1 and "Traceback" not in out.stderr
@@ -136,7 +145,7 @@ def test_show_graph_with_graphviz_draws_svg():
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
+        cwd=ROOT,
     )
     assert out.returncode == 0 and "SVG object" in out.stdout, out.stderr
 
@@ -168,17 +177,8 @@ try:
 except ValueError as err:
     print(err)
 """
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
+    stdout = run_on_simulated_devices(code, 8)
+    assert stdout.splitlines() == [
         "{'collective-permute': 3, 'permute right': 3}",
         "{'collective-permute': 3, 'permute left': 3}",
         "{'collective-permute': 3, 'permute other': 3}",
@@ -305,14 +305,5 @@ print([(kind, "psum" in name) for kind, name in array_origins(c)],
       collective_elements(c, "all-reduce"),
       collective_bytes(c, "all-reduce"))
 """
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[('all-reduce', True)] 4 16.0"
+    stdout = run_on_simulated_devices(code, 2)
+    assert stdout.strip() == "[('all-reduce', True)] 4 16.0"
