@@ -236,3 +236,29 @@ def collective_bytes(compiled, kind) -> float:
             result = sum(element_bytes[t] * count for t, count in hlo_arrays(match[1]))
             total += (2 if kind == "all-reduce" else 1) * (k - 1) / k * result
     return total
+
+
+# --- chapter 09 ---
+# Chapters 9 and 11 count what a scanned program runs, loops' trips included.
+
+
+def executed(compiled, op: str) -> int:
+    """How many times one run of a compiled program executes `op`: once per appearance
+    in the entry computation, once per trip in a while loop's body (XLA records the
+    trip count of a scan). Raises where `op` sits elsewhere (a nested loop, a
+    conditional's branch), which this count does not cover."""
+    hlo = compiled.as_text()
+    trips = {}  # loop body -> trip count (None: unknown)
+    for line in hlo.splitlines():
+        if " while(" in line:
+            count = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
+            body = re.search(r"body=%([\w.\-]+)", line).group(1)
+            trips[body] = int(count.group(1)) if count else None
+    total = 0
+    for entry, name, text in re.findall(
+            r"^(ENTRY )?%(\S+) .*?\{\n(.*?)^\}", hlo, re.M | re.S):
+        k = len(re.findall(rf"\b{op}(?:-start)?\(", text))
+        if k and not entry and trips.get(name) is None:
+            raise ValueError(f"{op} in {name}, neither the entry nor a counted loop")
+        total += k * (1 if entry else trips.get(name) or 0)
+    return total

@@ -307,3 +307,37 @@ print([(kind, "psum" in name) for kind, name in array_origins(c)],
 """
     stdout = run_on_simulated_devices(code, 2)
     assert stdout.strip() == "[('all-reduce', True)] 4 16.0"
+
+
+# --- chapter 09 ---
+
+
+def test_executed_counts_scan_trips_and_refuses_a_branch():
+    """On 4 simulated devices: a ppermute in a 3-step scan runs 3 times, a psum outside
+    once; one inside a conditional's branch is refused with a ValueError."""
+    code = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import executed
+mesh = jax.make_mesh((4,), ("data",))
+x = jax.device_put(jnp.ones(8), jax.NamedSharding(mesh, P("data")))
+ring = [(j, (j + 1) % 4) for j in range(4)]
+def scanned(x):
+    y, _ = jax.lax.scan(lambda y, _: (jax.lax.ppermute(y, "data", ring), None),
+                        x, None, length=3)
+    return jax.lax.psum(y, "data")
+def branched(x, flag):  # flag: the same on every device, so a real conditional
+    return jax.lax.cond(flag > 0, lambda y: jax.lax.psum(y, "data"),
+                        lambda y: jax.lax.psum(2 * y, "data"), x)
+for f, op in ((scanned, "collective-permute"), (scanned, "all-reduce")):
+    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("data"), out_specs=P()))
+    print(executed(g.lower(x).compile(), op))
+g = jax.jit(jax.shard_map(branched, mesh=mesh, in_specs=(P("data"), P()),
+                          out_specs=P()))
+try:
+    executed(g.lower(x, jnp.float32(1)).compile(), "all-reduce")
+except ValueError as err:
+    print("ValueError")
+"""
+    stdout = run_on_simulated_devices(code, 4)
+    assert stdout.splitlines() == ["3", "1", "ValueError"]
