@@ -32,3 +32,21 @@ def test_matmul_rates_runs_on_cpu():
     assert len(rows) == 3 * len(shapes), rows  # every shape in every dtype
     bad = [row for row in rows if not LINE.match(row)]
     assert not bad, bad
+
+
+def test_collective_matmul_times_runs_on_cpu():
+    """bench/collective_matmul_times.py checks each of chapter 4's programs against one
+    jnp.dot before timing it; on CPU it must get through all five."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "collective_matmul_times.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [r for r in out.stdout.splitlines() if not r.startswith("#")]
+    assert len(rows) == 5, rows
+    assert all(re.match(r"^[\w ,-]+: \d+(\.\d+)? us$", r) for r in rows), rows
