@@ -22,14 +22,18 @@ RECORD = ROOT / "bench" / "chapter-times.jsonl"
 BOOK_DEVICES = os.environ.get("BOOK_DEVICES", "")
 # Stored outputs must not depend on the CPU. A run with BOOK_CPU=varied executes the
 # chapters on other code paths than a default run on the same machine takes, and
-# compares outputs strictly: - XLA generates code for SSE4.2 at most: its vectorised
-# tanh, exp, ... then round differently in
+# compares outputs strictly:
+# - XLA generates code for SSE4.2 at most: its vectorised tanh, exp, ... then round
+#   differently in the last bits, as they do between AVX-512 and AVX2 machines (seen: a
+#   hash of jnp.tanh over 2^20 floats changes);
 # - numpy's OpenBLAS uses its SSE-era Nehalem kernels instead of those it picks for this
-# CPU (their
+#   CPU (their summation order differs: numpy's float32 `a @ w` changes in the last
+#   bits);
 # - XLA's Eigen matmuls run on one thread, as a machine with another core count may
-# split them. A printed digit that changes between two CPUs changes here too. Not
-# covered: XLA's own matmul kernels, which no flag moves; chapters print bounds rather
-# than digits of such results anyway.
+#   split them.
+# A printed digit that changes between two CPUs changes here too. Not covered: XLA's own
+# matmul kernels, which no flag moves; chapters print bounds rather than digits of such
+# results anyway.
 VARIED_CPU = {
     "OPENBLAS_CORETYPE": "Nehalem",
     "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2 --xla_cpu_multi_thread_eigen=false",
@@ -42,9 +46,8 @@ def pytest_configure(config):
         config.option.nbval_lax = True
     if BOOK_DEVICES != "real":
         os.environ["JAX_PLATFORMS"] = "cpu"
-        os.environ.pop(
-            "JAX_NUM_CPU_DEVICES", None
-        )  # stored outputs are for the default 8
+        # stored outputs are for the default 8
+        os.environ.pop("JAX_NUM_CPU_DEVICES", None)
         if BOOK_DEVICES:
             os.environ["JAX_NUM_CPU_DEVICES"] = BOOK_DEVICES
     if BOOK_CPU == "varied":
@@ -55,9 +58,8 @@ def pytest_configure(config):
         config.option, "nbval"
     ):
         config.option.nbval_sanitize_with = str(ROOT / "tests" / "nbval_sanitize.cfg")
-    config.notebook_seconds = defaultdict(
-        float
-    )  # chapter -> wall seconds nbval spent on it
+    # chapter -> wall seconds nbval spent on it
+    config.notebook_seconds = defaultdict(float)
     config.notebook_cpu_seconds = {}  # chapter -> CPU seconds of its kernel process
     config.notebook_failed = set()
     config.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

@@ -64,9 +64,8 @@ def chain(n: int, with_matmul: bool):
                 acc = acc + a @ b  # one M x K @ K x N matmul
             else:
                 acc = acc + acc[:1, :1]  # the same add, no matmul
-            a = jax.lax.dynamic_update_slice(
-                a, acc[:1, :1].astype(a.dtype), (0, 0)
-            )  # next step waits
+            # next step waits
+            a = jax.lax.dynamic_update_slice(a, acc[:1, :1].astype(a.dtype), (0, 0))
             return a, acc
 
         return jax.lax.fori_loop(0, n, step, (a, acc), unroll=True)[1]

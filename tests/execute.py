@@ -49,9 +49,8 @@ def execute(path: Path) -> float:
 
 def main(paths: list[str]) -> None:
     os.environ["JAX_PLATFORMS"] = "cpu"  # the stored outputs are the simulated-CPU ones
-    os.environ.pop(
-        "JAX_NUM_CPU_DEVICES", None
-    )  # so the bootstrap's default of 8 applies
+    # so the bootstrap's default of 8 applies
+    os.environ.pop("JAX_NUM_CPU_DEVICES", None)
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     for p in map(Path, paths):
         seconds = execute(p)

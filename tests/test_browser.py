@@ -69,9 +69,8 @@ def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    os.environ["SE_OFFLINE"] = (
-        "true"  # Selenium must never try to download a browser or driver
-    )
+    # Selenium must never try to download a browser or driver
+    os.environ["SE_OFFLINE"] = "true"
     profile = tempfile.mkdtemp(prefix="book-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -213,10 +212,8 @@ def test_search_finds_shard_map(server, browser):
     assert any("pmap" in r.text for r in results), [r.text for r in results]
 
 
-LAPTOP = (
-    1366,
-    768,
-)  # a common laptop screen: no code or output may scroll sideways there
+# a common laptop screen: no code or output may scroll sideways there
+LAPTOP = (1366, 768)
 
 
 def sideways(browser) -> list[str]:

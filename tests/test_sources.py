@@ -226,10 +226,8 @@ def test_no_merge_conflict_markers():
     ).stdout.split()
     if not tracked:
         pytest.skip("not a git checkout")
-    markers = (
-        "<" * 7 + " ",
-        ">" * 7 + " ",
-    )  # "=======" alone can be a Markdown heading rule
+    # "=======" alone can be a Markdown heading rule
+    markers = ("<" * 7 + " ", ">" * 7 + " ")
     found = [
         f"{path}:{number}"
         for path in tracked

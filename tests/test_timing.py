@@ -10,9 +10,8 @@ itself uses, so load alone does not fail it."""
 
 import pytest
 
-DEFAULT_BUDGET = (
-    30  # seconds per chapter on the 2-core machine with 8 simulated devices
-)
+# seconds per chapter on the 2-core machine with 8 simulated devices
+DEFAULT_BUDGET = 30
 # Chapter 5 compiles the gradient of seven layouts, chapter 6 three training steps and
 # an initialiser (each 24-33 s on the idle 2-core machine, kernel start included);
 # chapter 7 starts 2-4 worker processes, each importing JAX.
