@@ -262,3 +262,15 @@ def executed(compiled, op: str) -> int:
             raise ValueError(f"{op} in {name}, neither the entry nor a counted loop")
         total += k * (1 if entry else trips.get(name) or 0)
     return total
+
+
+# --- chapter 01 ---
+
+
+def lowered_collectives(lowered) -> dict:
+    """How many of each collective a lowered program asks for, zeros left out: those
+    its shard_map bodies call, as JAX lowers them for every backend, before XLA's
+    passes (which may rewrite them) and before jit's partitioner adds its own."""
+    hlo = lowered.as_text(dialect="hlo")
+    counts = {op: len(re.findall(rf"\b{op}\(", hlo)) for op in COLLECTIVES}
+    return {op: k for op, k in counts.items() if k}

@@ -341,3 +341,29 @@ except ValueError as err:
 """
     stdout = run_on_simulated_devices(code, 4)
     assert stdout.splitlines() == ["3", "1", "ValueError"]
+
+
+# --- chapter 01 ---
+
+
+def test_lowered_collectives_counts_what_the_body_calls_before_compiling():
+    """On 4 simulated devices: a psum over a tuple of axes is one all-reduce in the
+    lowered program, a psum_scatter one reduce-scatter; jit's own partitioning is not
+    there yet (no collective before compiling, one after)."""
+    code = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import count_collectives, lowered_collectives
+mesh = jax.make_mesh((2, 2), ("data", "model"))
+x = jax.device_put(jnp.ones((4, 4)), jax.NamedSharding(mesh, P("data", "model")))
+def body(b):
+    return jax.lax.psum(b, ("data", "model")), jax.lax.psum_scatter(
+        b, "model", tiled=True)
+f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("data", "model"),
+                          out_specs=(P(), P("data", "model"))))
+print(lowered_collectives(f.lower(x)))
+summed = jax.jit(lambda v: jnp.sum(v, axis=0)).lower(x)
+print(lowered_collectives(summed), bool(count_collectives(summed.compile())))
+"""
+    stdout = run_on_simulated_devices(code, 4)
+    assert stdout.splitlines() == ["{'all-reduce': 1, 'reduce-scatter': 1}", "{} True"]
