@@ -8,8 +8,8 @@ import sys
 import threading
 import time
 
-# SIGTERM (a preemption notice, see below) must not interrupt a thread that sends or
-# receives a collective: block it here, in every thread JAX will start
+# SIGTERM (a preemption notice, see below) is kept away from the threads that run
+# collectives: block it here, in every thread JAX will start
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 import jax
