@@ -3,9 +3,14 @@
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
+
+# SIGTERM (a preemption notice, see below) is kept away from the threads that run
+# collectives: block it here, in every thread JAX will start
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +36,15 @@ if args["port"]:                     # everything named: address, count, index
         **args["options"])           # timeouts, certificates
 else:                                # on a cluster: JAX reads the scheduler's variables
     jax.distributed.initialize(**args["options"])
+
+
+def take_sigterm():
+    """The one thread that receives SIGTERM: it does nothing else."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    threading.Event().wait()
+
+
+threading.Thread(target=take_sigterm, daemon=True).start()
 STATE = {}                           # what one task leaves for the next
 
 
@@ -266,6 +280,77 @@ def task_resume():
     report("resume", first_step=done, losses=losses)
 
 
+def task_share():
+    mine = np.array([os.getpid()])                        # differs on every process
+    shared = multihost_utils.broadcast_one_to_all(mine)   # process 0's, everywhere
+    rows = rows_of_this_process(16)
+    x = jax.make_array_from_process_local_data(NamedSharding(data_mesh(), P("data")),
+                                               (rows[:, None] * 3.0 + np.arange(3)))
+    try:
+        np.asarray(x)                                     # rows on other processes
+        refused = None
+    except RuntimeError as err:
+        refused = f"{type(err).__name__}: {err}"
+    whole = multihost_utils.process_allgather(x, tiled=True)   # every row, every host
+    report("share", mine=mine.tolist(), shared=shared.tolist(), refused=refused,
+           whole=whole.tolist())
+
+
+def task_barrier():
+    note = os.path.join(args["ckpt_dir"], "note.json")
+    if jax.process_index() == 0:                          # one process writes, slowly
+        time.sleep(0.5)
+        os.makedirs(args["ckpt_dir"], exist_ok=True)
+        with open(note, "w") as f:
+            json.dump(dict(written_by=0, t=time.time()), f)
+    multihost_utils.sync_global_devices("note written")   # nobody passes before it
+    passed = time.time()
+    with open(note) as f:                                 # so every process finds it
+        found = json.load(f)
+    try:                                                  # names that differ
+        multihost_utils.sync_global_devices(f"process {jax.process_index()}")
+        error = None
+    except AssertionError as err:
+        error = f"{type(err).__name__}: {str(err).split('. Expected')[0]}"
+    report("barrier", passed=passed, found=found, error=error)
+
+
+def task_preempt():
+    report("preempt_ready")                  # the notebook now sends SIGTERM to one
+    step_ends = []
+
+    def after_step(step, params):
+        step_ends.append(time.time())
+        time.sleep(0.05)                     # a step takes a while
+        if multihost_utils.reached_preemption_sync_point(step):
+            STATE["stop"] = step + 1         # every process: the same step
+            save(os.path.join(args["ckpt_dir"], "preempt", str(step + 1)), params)
+
+    steps = (s for s in range(10, 1000) if "stop" not in STATE)
+    _, losses = train(STATE["params"], steps, after_step)
+    report("preempt", steps_done=STATE.get("stop"), losses=losses, step_ends=step_ends)
+
+
+def task_resume_preempted():
+    """Restore the checkpoint taken at the preemption; train 3 more steps."""
+    folder = os.path.join(args["ckpt_dir"], "preempt")
+    done = max(int(name) for name in os.listdir(folder) if name.isdigit())
+    params = restore(os.path.join(folder, str(done)), [placed((8, 32), P()),
+                                                       placed((32, 1), P())])
+    _, losses = train(params, range(done, done + 3))
+    report("resume_preempted", first_step=done, losses=losses)
+
+
+def leave():
+    """After the last task: wait for every process, then leave the job."""
+    process = jax.process_index()
+    time.sleep(args.get("linger", 0))
+    entered = time.time()
+    jax.distributed.shutdown()               # returns when every process is here
+    print(json.dumps(dict(task="leave", process=process, entered=entered,
+                          left=time.time())), flush=True)
+
+
 def task_mismatch():
     rows = rows_of_this_process(16)[: 8 - jax.process_index()]  # process 1: a row short
     try:
@@ -292,3 +377,4 @@ def task_one_sided():
 
 for task in args["tasks"]:
     globals()[f"task_{task}"]()
+leave()
