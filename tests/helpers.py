@@ -238,8 +238,8 @@ def collective_bytes(compiled, kind) -> float:
     return total
 
 
-# --- chapter 09 ---
-# Chapters 9 and 11 count what a scanned program runs, loops' trips included.
+# --- chapter 10 ---
+# Chapters 7 and 10 count what a scanned program runs, loops' trips included.
 
 
 def executed(compiled, op: str) -> int:

@@ -309,7 +309,7 @@ print([(kind, "psum" in name) for kind, name in array_origins(c)],
     assert stdout.strip() == "[('all-reduce', True)] 4 16.0"
 
 
-# --- chapter 09 ---
+# --- chapter 10 ---
 
 
 def test_executed_counts_scan_trips_and_refuses_a_branch():

@@ -1,4 +1,4 @@
-# worker.py: one process of a multi-process JAX program (chapter 7). It joins the
+# worker.py: one process of a multi-process JAX program (chapter 8). It joins the
 # others, runs the tasks named in its JSON argument, prints one JSON line per result.
 import json
 import os
