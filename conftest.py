@@ -130,14 +130,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     times = ROOT / "notebooks" / "execution_times.json"
     stored = json.loads(times.read_text()) if times.exists() else {}
     cpu = config.notebook_cpu_seconds
+    # the budgets are for 8 simulated devices; other counts are reported, not judged
+    judged = not BOOK_DEVICES
     rows = [
         (
             name,
             f"{s:.1f}",
             f"{cpu[name]:.1f}" if name in cpu else "-",
             stored.get(name, "-"),
-            budget_for(name),
-            verdict(name, s, cpu.get(name)),
+            budget_for(name) if judged else "-",
+            verdict(name, s, cpu.get(name)) if judged else "-",
             "FAILED" if name in config.notebook_failed else "ok",
         )
         for name, s in sorted(seconds.items())
