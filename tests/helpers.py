@@ -274,3 +274,15 @@ def lowered_collectives(lowered) -> dict:
     hlo = lowered.as_text(dialect="hlo")
     counts = {op: len(re.findall(rf"\b{op}\(", hlo)) for op in COLLECTIVES}
     return {op: k for op, k in counts.items() if k}
+
+
+# --- chapters 05 and 07 ---
+
+
+def lowered_flops(lowered) -> float:
+    """XLA's FLOP count of a lowered program, before optimisation and without
+    compiling. Backends reached through PJRT's C API (TPU, GPU plugins) cannot count
+    a lowered program (`Lowered.cost_analysis()` returns None): there, the compiled
+    program's count."""
+    cost = lowered.cost_analysis()
+    return (cost if cost is not None else lowered.compile().cost_analysis())["flops"]

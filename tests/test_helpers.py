@@ -367,3 +367,19 @@ print(lowered_collectives(summed), bool(count_collectives(summed.compile())))
 """
     stdout = run_on_simulated_devices(code, 4)
     assert stdout.splitlines() == ["{'all-reduce': 1, 'reduce-scatter': 1}", "{} True"]
+
+
+# --- chapters 05 and 07 ---
+
+
+def test_lowered_flops_counts_before_compiling_or_falls_back(monkeypatch):
+    """On CPU the lowered program is counted; where JAX reaches the backend through
+    PJRT's C API (TPU, GPU: simulated by patching the check pxla.py makes),
+    Lowered.cost_analysis() returns None and the compiled program is counted."""
+    from jax._src import xla_bridge
+
+    lowered = jax.jit(lambda a: a @ a).lower(jnp.ones((8, 8)))
+    assert helpers.lowered_flops(lowered) == lowered.cost_analysis()["flops"] == 1024
+    monkeypatch.setattr(xla_bridge, "using_pjrt_c_api", lambda backend=None: True)
+    assert lowered.cost_analysis() is None
+    assert helpers.lowered_flops(lowered) == lowered.compile().cost_analysis()["flops"]
