@@ -8,8 +8,8 @@ import sys
 import threading
 import time
 
-# SIGTERM (a preemption notice, see below) is kept away from the threads that run
-# collectives: block it here, in every thread JAX will start
+# CPU (gloo) only: SIGTERM (a preemption notice, see below) is kept away from the
+# threads that run gloo's collectives: blocked here, in every thread JAX will start
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 import jax
@@ -39,7 +39,7 @@ else:                                # on a cluster: JAX reads the scheduler's v
 
 
 def take_sigterm():
-    """The one thread that receives SIGTERM: it does nothing else."""
+    """The one thread that receives SIGTERM: it does nothing else (gloo only)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     threading.Event().wait()
 
@@ -63,31 +63,51 @@ def task_devices():
            visible=jax.config.values["jax_cuda_visible_devices"])
 
 
+# CPU devices all say slice_index 0, so on CPU a process stands in for a group of
+# fast-linked devices; on TPUs and GPUs group by slice_index (the default)
+BY_PROCESS = jax.devices()[0].platform == "cpu"
+
+
+def n_groups():
+    """How many groups of fast-linked devices: slices (TPU), hosts (GPU), processes."""
+    key = "process_index" if BY_PROCESS else "slice_index"
+    return len({getattr(d, key) for d in jax.devices()})
+
+
 def data_mesh():
-    """A 1-D `data` mesh over every device, process by process."""
+    """A 1-D `data` mesh over every device, group by group."""
     devices = mesh_utils.create_hybrid_device_mesh(
-        (jax.local_device_count(),), (jax.process_count(),), process_is_granule=True)
+        (jax.device_count() // n_groups(),), (n_groups(),),
+        process_is_granule=BY_PROCESS)
     return Mesh(devices, ("data",), axis_types=(AxisType.Explicit,))
 
 
-def rows_of_this_process(n_rows):
-    """The global row numbers this process loads: its devices' rows on data_mesh()."""
-    per_process = n_rows // jax.process_count()
-    first = jax.process_index() * per_process
-    return np.arange(first, first + per_process)
+def rows_of_this_process(sharding, n_rows):
+    """The global rows this process loads for a row-sharded array of n_rows rows,
+    ascending, as make_array_from_process_local_data stacks them."""
+    where = sharding.addressable_devices_indices_map((n_rows,)).values()
+    return np.unique(np.concatenate([np.arange(n_rows)[i[0]] for i in where]))
+
+
+def rows_x(sharding, n_rows=16):
+    """x[i, j] = 3 i + j, built from this process's rows only."""
+    rows = rows_of_this_process(sharding, n_rows)
+    x_local = (rows[:, None] * 3 + np.arange(3)).astype(np.float32)
+    return jax.make_array_from_process_local_data(sharding, x_local), rows
 
 
 def task_global_array():
-    rows = rows_of_this_process(16)                  # 16 rows over all processes
-    x_local = (rows[:, None] * 3 + np.arange(3)).astype(np.float32)   # x[i, j] = 3i + j
-    x = jax.make_array_from_process_local_data(
-        NamedSharding(data_mesh(), P("data")), x_local)
-    col_sums = jax.jit(lambda x: jnp.sum(x * x, axis=0))(x)  # over every process's rows
-    shards = [[s.device.id, s.index[0].start, s.index[0].stop]
-              for s in x.addressable_shards]
-    report("global_array", shape=list(x.shape), local_shape=list(x_local.shape),
-           fully_addressable=x.is_fully_addressable, shards=shards,
-           result=np.asarray(col_sums).tolist())
+    interleaved = np.array(sorted(jax.devices(), key=lambda d: (  # p0 p1 p0 p1 ...
+        jax.local_devices(d.process_index).index(d), d.process_index)))
+    for name, devices in (("data", data_mesh().devices), ("interleaved", interleaved)):
+        mesh = Mesh(devices, ("data",), axis_types=(AxisType.Explicit,))
+        x, rows = rows_x(NamedSharding(mesh, P("data")))
+        col_sums = jax.jit(lambda x: jnp.sum(x * x, axis=0))(x)  # every process's rows
+        shards = [[s.device.id, s.index[0].start, s.index[0].stop]
+                  for s in x.addressable_shards]
+        report("global_array", mesh=name, shape=list(x.shape), rows=rows.tolist(),
+               fully_addressable=x.is_fully_addressable, shards=shards,
+               result=np.asarray(col_sums).tolist())
 
 
 def host_of_each_process():
@@ -97,17 +117,17 @@ def host_of_each_process():
 
 
 def task_hybrid():
-    """One process per host: a process is a group of fast-linked devices."""
+    """`model` inside a group of fast-linked devices, `data` across the groups."""
+    n = n_groups()                     # on CPU: processes; TPU: slices; GPU: hosts
     devices = mesh_utils.create_hybrid_device_mesh(   # (ICI shape, DCN shape)
-        (1, jax.local_device_count()), (jax.process_count(), 1),
-        process_is_granule=True)
+        (1, jax.device_count() // n), (n, 1), process_is_granule=BY_PROCESS)
     mesh = Mesh(devices, ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
     try:                        # across TPU slices or GPU hosts make_mesh raises
         plain = jax.make_mesh(devices.shape, mesh.axis_names).devices
         same = bool((devices == plain).all())
     except ValueError:
         same = None
-    report_collectives("hybrid", mesh, same_as_make_mesh=same)
+    run_tp("hybrid", mesh, same_as_make_mesh=same)
 
 
 def task_hybrid_per_device():
@@ -122,24 +142,33 @@ def task_hybrid_per_device():
     per_host = jax.device_count() // len(set(host))
     mesh = Mesh(np.reshape(devices, (-1, per_host)), ("data", "model"),
                 axis_types=(AxisType.Explicit,) * 2)
-    report_collectives("hybrid_per_device", mesh, error=error)
+    run_tp("hybrid_per_device", mesh, error=error)
 
 
-def report_collectives(task, mesh, **values):
-    """Compile a Megatron MLP's gradient; report each collective's group size and how
-    many processes and hosts a group spans."""
-    put = lambda shape, spec: jax.ShapeDtypeStruct(
-        shape, jnp.float32, sharding=NamedSharding(mesh, spec))
-    x, w1, w2 = (put((8, 16), P("data", None)), put((16, 32), P(None, "model")),
-                 put((32, 16), P("model", None)))
+def tp_inputs():
+    """w1, w2 and x of a Megatron MLP: the same numbers in every process (one seed)."""
+    rng = np.random.default_rng(1)
+    return [rng.standard_normal(shape).astype(np.float32) / 4
+            for shape in ((16, 32), (32, 16), (8, 16))]
+
+
+def run_tp(task, mesh, **values):
+    """Run a Megatron MLP's gradient on `mesh`; report the gradients, and each
+    collective's group size and how many processes and hosts a group spans."""
+    specs = (P(None, "model"), P("model", None), P("data", None))      # w1, w2, x
+    w1, w2, x = (jax.make_array_from_callback(  # each device takes its block
+                     a.shape, NamedSharding(mesh, spec), lambda index, a=a: a[index])
+                 for a, spec in zip(tp_inputs(), specs))
 
     def loss_tp(w1, w2, x):                          # one reduction over `model`
         h = jnp.tanh(x @ w1)
         y = jnp.matmul(h, w2, out_sharding=NamedSharding(mesh, P("data", None)))
         return jnp.mean(y ** 2)
 
-    grad = jax.jit(jax.grad(loss_tp, argnums=(0, 1)))
-    hlo = grad.lower(w1, w2, x).compile().as_text()
+    grad = jax.jit(jax.grad(loss_tp, argnums=(0, 1))).lower(w1, w2, x).compile()
+    grads = [multihost_utils.process_allgather(g, tiled=True).tolist()
+             for g in grad(w1, w2, x)]                  # whole, in every process
+    hlo = grad.as_text()
     host = host_of_each_process()
     found = []
     for line in hlo.splitlines():
@@ -150,8 +179,10 @@ def report_collectives(task, mesh, **values):
                       len({host[mesh.devices.flat[i].process_index] for i in g})]
                      for g in groups]
             found.append([op.group(1), len(groups[0]), *np.max(spans, axis=0).tolist()])
-    report(task, collectives=found, hosts=[[host[d.process_index] for d in row]
-                                           for row in mesh.devices], **values)
+    rows = mesh.devices.tolist()
+    report(task, collectives=found, grads=grads,
+           owners=[[d.process_index for d in row] for row in rows],
+           hosts=[[host[d.process_index] for d in row] for row in rows], **values)
 
 
 def device_groups(line, mesh):
@@ -202,7 +233,7 @@ def first_params():
 def train(params, steps, after_step=lambda step, params: None):
     losses, sharding = [], NamedSharding(data_mesh(), P("data"))
     for step in steps:
-        rows = rows_of_this_process(32)                 # this process's rows only
+        rows = rows_of_this_process(sharding, 32)       # this process's rows only
         x, y = (jax.make_array_from_process_local_data(sharding, a)
                 for a in batch_rows(step, rows))
         params, value = sgd_update(params, x, y)
@@ -233,11 +264,16 @@ def placed(shape, spec):
                                 sharding=NamedSharding(data_mesh(), spec))
 
 
+def manager(folder):
+    """A run's numbered checkpoints: `save` every step keeps every 3rd (and the first,
+    and one at a preemption sync point); `latest_step()` is the last complete one."""
+    import orbax.checkpoint as ocp
+    return ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(
+        save_interval_steps=3, enable_async_checkpointing=False))
+
+
 def task_save():
-    rows = rows_of_this_process(16)
-    x_local = (rows[:, None] * 3 + np.arange(3)).astype(np.float32)
-    x = jax.make_array_from_process_local_data(NamedSharding(data_mesh(), P("data")),
-                                               x_local)
+    x, _ = rows_x(NamedSharding(data_mesh(), P("data")))
     save(os.path.join(args["ckpt_dir"], "trained"), dict(params=STATE["params"], x=x))
     report("save", files=sorted(os.listdir(os.path.join(args["ckpt_dir"], "trained"))))
 
@@ -252,40 +288,40 @@ def task_restore():
 
 
 def task_fault():
-    folder = os.path.join(args["ckpt_dir"], "fault")
+    import orbax.checkpoint as ocp
+    checkpoints = manager(os.path.join(args["ckpt_dir"], "fault"))
 
-    def after_step(step, params):
-        if step % 3 == 2:                            # after steps 2, 5, 8
-            save(os.path.join(folder, str(step + 1)), params)   # named: steps done
+    def after_step(step, params):                    # numbered by steps done
+        checkpoints.save(step + 1, args=ocp.args.StandardSave(params))
         if step == 6:
             report("fault", steps_done=7, t=time.time())
             if jax.process_index() == 1:
-                batch_rows(7, rows_of_this_process(32))  # loads its rows for step 7 ...
+                sharding = NamedSharding(data_mesh(), P("data"))   # its rows, step 7
+                batch_rows(7, rows_of_this_process(sharding, 32))  # are loaded ...
                 os._exit(1)                          # ... dies before the all-reduce
 
     try:
         train(first_params(), range(10), after_step)
-    except Exception:                                # gloo: "connection closed by peer"
-        threading.Event().wait()                     # as if stuck in the collective
+    except Exception:        # gloo may raise "connection closed by peer": we make
+        threading.Event().wait()   # process 0 wait, as one stuck on a GPU or TPU would
     report("fault", finished=True)                   # never reached
 
 
 def task_resume():
     """Restore the last complete checkpoint of the faulty run and train to step 10."""
-    folder = os.path.join(args["ckpt_dir"], "fault")
-    done = max(int(name) for name in os.listdir(folder) if name.isdigit())
-    params = restore(os.path.join(folder, str(done)), [placed((8, 32), P()),
-                                                       placed((32, 1), P())])
+    import orbax.checkpoint as ocp
+    checkpoints = manager(os.path.join(args["ckpt_dir"], "fault"))
+    done = checkpoints.latest_step()
+    target = [placed((8, 32), P()), placed((32, 1), P())]
+    params = checkpoints.restore(done, args=ocp.args.StandardRestore(target))
     _, losses = train(params, range(done, 10))
-    report("resume", first_step=done, losses=losses)
+    report("resume", first_step=done, steps=checkpoints.all_steps(), losses=losses)
 
 
 def task_share():
     mine = np.array([os.getpid()])                        # differs on every process
     shared = multihost_utils.broadcast_one_to_all(mine)   # process 0's, everywhere
-    rows = rows_of_this_process(16)
-    x = jax.make_array_from_process_local_data(NamedSharding(data_mesh(), P("data")),
-                                               (rows[:, None] * 3.0 + np.arange(3)))
+    x, _ = rows_x(NamedSharding(data_mesh(), P("data")))
     try:
         np.asarray(x)                                     # rows on other processes
         refused = None
@@ -352,11 +388,12 @@ def leave():
 
 
 def task_mismatch():
-    rows = rows_of_this_process(16)[: 8 - jax.process_index()]  # process 1: a row short
+    sharding = NamedSharding(data_mesh(), P("data"))
+    rows = rows_of_this_process(sharding, 16)
+    rows = rows[: len(rows) - jax.process_index()]      # process 1: a row short
     try:
-        jax.make_array_from_process_local_data(NamedSharding(data_mesh(), P("data")),
-                                               np.zeros((len(rows), 3), np.float32),
-                                               (16, 3))
+        jax.make_array_from_process_local_data(
+            sharding, np.zeros((len(rows), 3), np.float32), (16, 3))
         report("mismatch", error=None)
     except ValueError as err:
         report("mismatch", error=f"{type(err).__name__}: {err}")
@@ -368,7 +405,7 @@ def task_one_sided():
     if jax.process_index() == 0:                        # ... and one of them prints
         report("one_sided", gathered=everyone.ravel().tolist())
     if jax.process_index() == 0:                        # the bug: one process only
-        stuck = lambda: (report("one_sided", stuck=True), os._exit(3))
+        stuck = lambda: (report("one_sided", stuck=args["watchdog"]), os._exit(3))
         watchdog = threading.Timer(args["watchdog"], stuck)
         watchdog.start()
         multihost_utils.process_allgather(mine)         # waits for absent peers
