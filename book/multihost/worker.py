@@ -10,7 +10,9 @@ import time
 
 # CPU (gloo) only: SIGTERM (a preemption notice, see below) is kept away from the
 # threads that run gloo's collectives: blocked here, in every thread JAX will start
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+GLOO = os.environ.get("JAX_PLATFORMS") == "cpu"     # as our launcher sets it
+if GLOO:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +46,8 @@ def take_sigterm():
     threading.Event().wait()
 
 
-threading.Thread(target=take_sigterm, daemon=True).start()
+if GLOO:
+    threading.Thread(target=take_sigterm, daemon=True).start()
 STATE = {}                           # what one task leaves for the next
 
 
@@ -102,12 +105,13 @@ def task_global_array():
     for name, devices in (("data", data_mesh().devices), ("interleaved", interleaved)):
         mesh = Mesh(devices, ("data",), axis_types=(AxisType.Explicit,))
         x, rows = rows_x(NamedSharding(mesh, P("data")))
-        col_sums = jax.jit(lambda x: jnp.sum(x * x, axis=0))(x)  # every process's rows
-        shards = [[s.device.id, s.index[0].start, s.index[0].stop]
-                  for s in x.addressable_shards]
+        # row i weighted by i: the result depends on where every row landed
+        weighted = jax.jit(lambda x: jnp.sum(jnp.arange(16.0)[:, None] * x, axis=0))(x)
+        shards = [[s.device.id, s.index[0].start, s.index[0].stop,
+                   np.asarray(s.data).tolist()] for s in x.addressable_shards]
         report("global_array", mesh=name, shape=list(x.shape), rows=rows.tolist(),
                fully_addressable=x.is_fully_addressable, shards=shards,
-               result=np.asarray(col_sums).tolist())
+               result=np.asarray(weighted).tolist())
 
 
 def host_of_each_process():
@@ -265,8 +269,9 @@ def placed(shape, spec):
 
 
 def manager(folder):
-    """A run's numbered checkpoints: `save` every step keeps every 3rd (and the first,
-    and one at a preemption sync point); `latest_step()` is the last complete one."""
+    """A run's numbered checkpoints: called every step, `save` saves every 3rd step
+    (and the first, and one at a preemption sync point), and keeps all it saved
+    (`max_to_keep=None`); `latest_step()` is the last complete one."""
     import orbax.checkpoint as ocp
     return ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(
         save_interval_steps=3, enable_async_checkpointing=False))
@@ -404,8 +409,13 @@ def task_one_sided():
     everyone = multihost_utils.process_allgather(mine)  # safe: every process calls it
     if jax.process_index() == 0:                        # ... and one of them prints
         report("one_sided", gathered=everyone.ravel().tolist())
-    if jax.process_index() == 0:                        # the bug: one process only
-        stuck = lambda: (report("one_sided", stuck=args["watchdog"]), os._exit(3))
+    if jax.process_index() == 1:                        # the bug: one process only
+        began = time.monotonic()
+
+        def stuck():                                    # a step timeout would do this
+            report("one_sided", stuck=time.monotonic() - began)
+            jax.distributed.shutdown()                  # leave: the others, waiting in
+            os._exit(3)                                 # theirs, are free to go
         watchdog = threading.Timer(args["watchdog"], stuck)
         watchdog.start()
         multihost_utils.process_allgather(mine)         # waits for absent peers
