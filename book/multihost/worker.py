@@ -358,18 +358,21 @@ def task_barrier():
 
 def task_preempt():
     report("preempt_ready")                  # the notebook now sends SIGTERM to one
-    step_ends = []
+    time.sleep(2)                            # as a resumed job restores and compiles
+    first, step_ends = 10, []                # this run resumes at step 10
 
     def after_step(step, params):
         step_ends.append(time.time())
         time.sleep(0.05)                     # a step takes a while
-        if multihost_utils.reached_preemption_sync_point(step):
-            STATE["stop"] = step + 1         # every process: the same step
+        count = step - first                 # this step, counted in this run: 0, 1, ...
+        if multihost_utils.reached_preemption_sync_point(count):   # not `step`
+            STATE.update(stop=step + 1, sync_count=count)   # the same in every process
             save(os.path.join(args["ckpt_dir"], "preempt", str(step + 1)), params)
 
-    steps = (s for s in range(10, 1000) if "stop" not in STATE)
+    steps = (s for s in range(first, first + 200) if "stop" not in STATE)
     _, losses = train(STATE["params"], steps, after_step)
-    report("preempt", steps_done=STATE.get("stop"), losses=losses, step_ends=step_ends)
+    report("preempt", steps_done=STATE.get("stop"), sync_count=STATE.get("sync_count"),
+           losses=losses, step_ends=step_ends)
 
 
 def task_resume_preempted():
