@@ -358,7 +358,9 @@ def task_barrier():
 
 def task_preempt():
     report("preempt_ready")                  # the notebook now sends SIGTERM to one
-    time.sleep(2)                            # as a resumed job restores and compiles
+    time.sleep(3)                            # as a resumed job restores and compiles
+    # the book's check, not a training loop's: is the sync point already 1?
+    probe = multihost_utils.reached_preemption_sync_point(1)
     first, step_ends = 10, []                # this run resumes at step 10
 
     def after_step(step, params):
@@ -372,13 +374,14 @@ def task_preempt():
     steps = (s for s in range(first, first + 200) if "stop" not in STATE)
     _, losses = train(STATE["params"], steps, after_step)
     report("preempt", steps_done=STATE.get("stop"), sync_count=STATE.get("sync_count"),
-           losses=losses, step_ends=step_ends)
+           probe=probe, losses=losses, step_ends=step_ends)
 
 
 def task_resume_preempted():
     """Restore the checkpoint taken at the preemption; train 3 more steps."""
     folder = os.path.join(args["ckpt_dir"], "preempt")
     done = max(int(name) for name in os.listdir(folder) if name.isdigit())
+    multihost_utils.assert_equal(done, "processes resumed from different steps")
     params = restore(os.path.join(folder, str(done)), [placed((8, 32), P()),
                                                        placed((32, 1), P())])
     _, losses = train(params, range(done, done + 3))
