@@ -356,34 +356,51 @@ def task_barrier():
     report("barrier", passed=passed, found=found, error=error)
 
 
+def preemptible(folder, first):
+    """orbax's CheckpointManager, but asking JAX for the preemption sync point with
+    the step's index in this run (`step - first`: 0, 1, ...), not the step itself."""
+    import orbax.checkpoint as ocp
+
+    class RunManager(ocp.CheckpointManager):
+        def reached_preemption(self, step):      # save() asks this, every call
+            return multihost_utils.reached_preemption_sync_point(step - first)
+
+    return RunManager(folder, options=ocp.CheckpointManagerOptions(
+        save_interval_steps=5, enable_async_checkpointing=False))
+
+
 def task_preempt():
+    import orbax.checkpoint as ocp
     report("preempt_ready")                  # the notebook now sends SIGTERM to one
     time.sleep(3)                            # as a resumed job restores and compiles
-    # the book's check, not a training loop's: is the sync point already 1?
+    # the book's check, not a loop's: is the sync point already index 1? (had the
+    # notice not been handled yet, this call would move the sync point by one)
     probe = multihost_utils.reached_preemption_sync_point(1)
-    first, step_ends = 10, []                # this run resumes at step 10
+    start, step_ends = 10, []                # this run resumes after 10 steps
+    checkpoints = preemptible(os.path.join(args["ckpt_dir"], "preempt"), start + 1)
 
-    def after_step(step, params):
+    def after_step(step, params):            # numbered by steps done, as in task_fault
         step_ends.append(time.time())
         time.sleep(0.05)                     # a step takes a while
-        count = step - first                 # this step, counted in this run: 0, 1, ...
-        if multihost_utils.reached_preemption_sync_point(count):   # not `step`
-            STATE.update(stop=step + 1, sync_count=count)   # the same in every process
-            save(os.path.join(args["ckpt_dir"], "preempt", str(step + 1)), params)
+        checkpoints.save(step + 1, args=ocp.args.StandardSave(params))  # every step
+        if checkpoints.reached_preemption(step + 1):   # saved there: now leave
+            STATE["stop"] = step + 1
 
-    steps = (s for s in range(first, first + 200) if "stop" not in STATE)
+    steps = (s for s in range(start, start + 200) if "stop" not in STATE)
     _, losses = train(STATE["params"], steps, after_step)
-    report("preempt", steps_done=STATE.get("stop"), sync_count=STATE.get("sync_count"),
+    checkpoints.wait_until_finished()        # an asynchronous save must end first
+    report("preempt", steps_done=STATE.get("stop"), saved=checkpoints.all_steps(),
            probe=probe, losses=losses, step_ends=step_ends)
 
 
 def task_resume_preempted():
     """Restore the checkpoint taken at the preemption; train 3 more steps."""
-    folder = os.path.join(args["ckpt_dir"], "preempt")
-    done = max(int(name) for name in os.listdir(folder) if name.isdigit())
+    import orbax.checkpoint as ocp
+    checkpoints = manager(os.path.join(args["ckpt_dir"], "preempt"))
+    done = checkpoints.latest_step()
     multihost_utils.assert_equal(done, "processes resumed from different steps")
-    params = restore(os.path.join(folder, str(done)), [placed((8, 32), P()),
-                                                       placed((32, 1), P())])
+    target = [placed((8, 32), P()), placed((32, 1), P())]
+    params = checkpoints.restore(done, args=ocp.args.StandardRestore(target))
     _, losses = train(params, range(done, done + 3))
     report("resume_preempted", first_step=done, losses=losses)
 
