@@ -270,8 +270,8 @@ def placed(shape, spec):
 
 def manager(folder):
     """A run's numbered checkpoints: called every step, `save` saves every 3rd step
-    (and the first, and one at a preemption sync point), and keeps all it saved
-    (`max_to_keep=None`); `latest_step()` is the last complete one."""
+    (and one into an empty folder, and one at a preemption sync point), keeps all it
+    saved (`max_to_keep=None`); `latest_step()` is the last complete one."""
     import orbax.checkpoint as ocp
     return ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(
         save_interval_steps=3, enable_async_checkpointing=False))
@@ -362,8 +362,16 @@ def preemptible(folder, first):
     import orbax.checkpoint as ocp
 
     class RunManager(ocp.CheckpointManager):
-        def reached_preemption(self, step):      # save() asks this, every call
-            return multihost_utils.reached_preemption_sync_point(step - first)
+        last, lock = -1, threading.Lock()
+
+        def reached_preemption(self, step):
+            # save() asks; so does the thread that finishes an asynchronous save,
+            # for the step it saved: never move the sync manager's count back
+            with self.lock:
+                if step - first < self.last:
+                    return False
+                self.last = step - first
+                return super().reached_preemption(step - first)
 
     return RunManager(folder, options=ocp.CheckpointManagerOptions(
         save_interval_steps=5, enable_async_checkpointing=False))
@@ -383,7 +391,7 @@ def task_preempt():
         step_ends.append(time.time())
         time.sleep(0.05)                     # a step takes a while
         checkpoints.save(step + 1, args=ocp.args.StandardSave(params))  # every step
-        if checkpoints.reached_preemption(step + 1):   # saved there: now leave
+        if checkpoints.reached_preemption(step + 1):   # as save asked: saved, leave
             STATE["stop"] = step + 1
 
     steps = (s for s in range(start, start + 200) if "stop" not in STATE)
