@@ -225,7 +225,7 @@ def sideways(browser) -> list[str]:
         if (page.scrollWidth > window.innerWidth + 1)
             found.push(`page: ${page.scrollWidth} > ${window.innerWidth}`);
         const boxes = ".cell_input pre, .cell_output pre, .cell_output .output, "
-                      + "div.highlight pre";
+                      + ".cell_output div.highlight, div.highlight pre";
         for (const el of document.querySelectorAll(boxes)) {
             if (el.offsetParent === null) continue;           // folded (hidden) cells
             if (el.scrollWidth > el.clientWidth + 1)

@@ -373,8 +373,8 @@ def preemptible(folder, first):
                 self.last = step - first
                 return super().reached_preemption(step - first)
 
-    return RunManager(folder, options=ocp.CheckpointManagerOptions(
-        save_interval_steps=5, enable_async_checkpointing=False))
+    return RunManager(folder, options=ocp.CheckpointManagerOptions(   # saves in the
+        save_interval_steps=5))                                       # background
 
 
 def task_preempt():
