@@ -277,6 +277,16 @@ def manager(folder):
         save_interval_steps=3, enable_async_checkpointing=False))
 
 
+def restore_latest(checkpoints):
+    """The last complete step of a run and its parameters, restored onto this job's
+    mesh; every process must have read the same step (checked)."""
+    import orbax.checkpoint as ocp
+    done = checkpoints.latest_step()
+    multihost_utils.assert_equal(done, "processes resumed from different steps")
+    target = [placed((8, 32), P()), placed((32, 1), P())]
+    return done, checkpoints.restore(done, args=ocp.args.StandardRestore(target))
+
+
 def task_save():
     x, _ = rows_x(NamedSharding(data_mesh(), P("data")))
     save(os.path.join(args["ckpt_dir"], "trained"), dict(params=STATE["params"], x=x))
@@ -314,11 +324,8 @@ def task_fault():
 
 def task_resume():
     """Restore the last complete checkpoint of the faulty run and train to step 10."""
-    import orbax.checkpoint as ocp
     checkpoints = manager(os.path.join(args["ckpt_dir"], "fault"))
-    done = checkpoints.latest_step()
-    target = [placed((8, 32), P()), placed((32, 1), P())]
-    params = checkpoints.restore(done, args=ocp.args.StandardRestore(target))
+    done, params = restore_latest(checkpoints)
     _, losses = train(params, range(done, 10))
     report("resume", first_step=done, steps=checkpoints.all_steps(), losses=losses)
 
@@ -403,12 +410,7 @@ def task_preempt():
 
 def task_resume_preempted():
     """Restore the checkpoint taken at the preemption; train 3 more steps."""
-    import orbax.checkpoint as ocp
-    checkpoints = manager(os.path.join(args["ckpt_dir"], "preempt"))
-    done = checkpoints.latest_step()
-    multihost_utils.assert_equal(done, "processes resumed from different steps")
-    target = [placed((8, 32), P()), placed((32, 1), P())]
-    params = checkpoints.restore(done, args=ocp.args.StandardRestore(target))
+    done, params = restore_latest(manager(os.path.join(args["ckpt_dir"], "preempt")))
     _, losses = train(params, range(done, done + 3))
     report("resume_preempted", first_step=done, losses=losses)
 
