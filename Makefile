@@ -26,12 +26,14 @@ UPGRADE ?=
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-compilers.txt
 	@py="$${PYTHON:-$$(bash tests/find_python.sh)}" || exit 1; \
 	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	  echo "$(VENV) has a Python older than 3.12: recreating it"; rm -rf $(VENV); fi; \
 	[ -x $(PY) ] || { echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); }
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	@# The TPU and GPU compilers, without the NVIDIA libraries a GPU run needs (see the file)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-compilers.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	@touch $@
 
 lock:

@@ -286,3 +286,172 @@ def lowered_flops(lowered) -> float:
     program's count."""
     cost = lowered.cost_analysis()
     return (cost if cost is not None else lowered.compile().cost_analysis())["flops"]
+
+
+# --- compilers: every chapter ---
+# The real TPU compiler (libtpu) and GPU compiler (the CUDA PJRT plugin) compile for
+# named topologies without the hardware: nothing is allocated or run, so a chapter
+# checks what each accelerator's compiler makes of its program, next to XLA:CPU's.
+
+# Each target: (what it is, the package its compiler comes in, devices or
+# slices x devices).
+TARGETS = {
+    "cpu": ("the simulated CPU devices (XLA:CPU)", None, None),
+    "tpu-v5e-8": ("TPU v5e, one 2x4 slice", "libtpu", (1, "v5e:2x4")),
+    "tpu-v5p-64": ("TPU v5p, one 4x4x4 slice", "libtpu", (1, "v5p:4x4x4")),
+    "tpu-v5e-2x4": ("TPU v5e, two 2x2 slices over DCN", "libtpu", (2, "v5e:2x2")),
+    "h100-8": ("8 H100 SXM, one host", "jax-cuda13-plugin", (1, "1x1x8")),
+    "h100-2x8": ("2 hosts of 8 H100 SXM", "jax-cuda13-plugin", (2, "1x2x8")),
+}
+# What the CUDA plugin compiles for: the H100 SXM 80GB as XLA describes it, a
+# GpuTargetConfigProto (figures from XLA's xla/backends/gpu/target_config/specs/
+# h100_sxm.txtpb, explained in tests/targets/h100_sxm.txtpb of the book's repository).
+H100_SXM = """gpu_device_info { threads_per_block_limit: 1024 threads_per_warp: 32
+  shared_memory_per_block: 49152 shared_memory_per_core: 233472
+  threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
+  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
+  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98
+  device_memory_size: 84942979072 shared_memory_per_block_optin: 232448
+  cuda_compute_capability { major: 9 feature_extension: ACCELERATED_FEATURES }
+  registers_per_core_limit: 65536 registers_per_block_limit: 65536
+  thread_dim_limit_x: 1024 thread_dim_limit_y: 1024 thread_dim_limit_z: 64
+  device_vendor: "NVIDIA Corporation" platform_version: "Compute Capability 9.0a"
+  device_address_bits: 64 pcie_bandwidth: 34359738368 ecc_enabled: true
+  name: "NVIDIA H100 80GB HBM3" driver_version: "13.0.0" runtime_version: "12.8.0"
+  compile_time_toolkit_version: "12.8.0" dnn_version: "9.10.0" cub_version: "3.1.2"
+  device_interconnect_info { active_links: 18 } collective_memory_granularity: 2097152 }
+platform_name: "CUDA" dnn_version_info { major: 8 minor: 9 patch: 4 }
+device_description_str: "NVIDIA H100 80GB HBM3"
+"""
+
+
+def target_devices(target: str) -> list | None:
+    """The devices of a compile target: the CPU devices JAX runs on, or compile-only
+    TPU or H100 devices (None, after one line saying what to install, when the
+    target's compiler is not installed)."""
+    import importlib.util
+
+    from jax.experimental import topologies
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    what, package, shape = TARGETS[target]
+    if package is None:
+        return jax.devices()
+    module = "libtpu" if package == "libtpu" else "jax_plugins.xla_cuda13"
+    if importlib.util.find_spec(module) is None:
+        version = "0.0.51" if package == "libtpu" else "0.12.0.1"
+        extra = " --no-deps" if package != "libtpu" else ""
+        print(f"skipped {target} ({what}): its compiler is not installed "
+              f"(pip install{extra} {package}=={version})")
+        return None
+    slices, topology = shape
+    if package == "libtpu":
+        if jax.default_backend() != "tpu":  # no TPU here: libtpu need not look for one
+            for name, value in (("TPU_SKIP_MDS_QUERY", "1"),
+                                ("TPU_ACCELERATOR_TYPE", "v5litepod-8"),
+                                ("TPU_WORKER_HOSTNAMES", "localhost"),
+                                ("TPU_WORKER_ID", "0")):
+                os.environ.setdefault(name, value)
+        return topologies.get_topology_desc(topology, "tpu", num_slices=slices).devices
+    return topologies.get_topology_desc("", "cuda", target_config=H100_SXM,
+                                        topology=topology).devices
+
+
+def target_mesh(target: str, axes: dict, axis_types=None):
+    """A mesh with `axes` (name -> size, outermost first) over a target's devices (None
+    where its compiler is missing). On a target of several slices or hosts the first
+    axis crosses them (its size a multiple of their number), the rest stay inside one
+    (ICI, NVLink): the hybrid mesh of chapter 8."""
+    import math
+
+    import numpy as np
+    from jax.experimental import mesh_utils
+    devices = target_devices(target)
+    if devices is None:
+        return None
+    names, shape = tuple(axes), tuple(axes.values())
+    if math.prod(shape) != len(devices):
+        raise ValueError(f"mesh {axes} needs {math.prod(shape)} devices; target "
+                         f"{target!r} has {len(devices)}")
+    granules = TARGETS[target][2][0] if TARGETS[target][2] else 1
+    if shape[0] % granules:
+        raise ValueError(f"axis {names[0]!r} of size {shape[0]} does not divide over "
+                         f"the {granules} slices or hosts of {target!r}")
+    if granules > 1:
+        ici = (shape[0] // granules, *shape[1:])
+        dcn = (granules,) + (1,) * (len(shape) - 1)
+        grid = mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices=devices, process_is_granule=target.startswith("h100"))
+    elif target == "cpu":
+        grid = np.array(devices).reshape(shape)
+    else:
+        grid = mesh_utils.create_device_mesh(shape, devices=devices,
+                                             allow_split_physical_axes=True)
+    types = axis_types or (jax.sharding.AxisType.Explicit,) * len(shape)
+    return jax.sharding.Mesh(grid, names, axis_types=types)
+
+
+class Build:
+    """What one compiler made of a program: its HLO text, collectives, memory and
+    FLOPs (None where that compiler reports none: XLA:GPU compiled without a GPU)."""
+
+    def __init__(self, target, compiled):
+        self.target, self.compiled, self.hlo = target, compiled, compiled.as_text()
+        self.memory = compiled.memory_analysis()
+        cost = compiled.cost_analysis()
+        self.flops = cost.get("flops") if cost else None
+
+    @property
+    def collectives(self) -> dict:
+        """Each collective's count (an asynchronous start/done pair once), zeros left
+        out; on TPU slices, transfers over DCN: the host sends of XLA's megascale
+        runtime, as "dcn send"."""
+        counts = {op: len(re.findall(rf"\b{op}(?:-start)?\(", self.hlo))
+                  for op in COLLECTIVES}
+        counts["dcn send"] = len(re.findall(
+            r"\bsend\(.*is_host_transfer=true.*megascale", self.hlo))
+        return {op: k for op, k in counts.items() if k}
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the program overlaps collectives with other work: any collective
+        in the start/done form."""
+        return bool(re.search(rf"\b(?:{'|'.join(COLLECTIVES)})-start\(", self.hlo))
+
+
+def compile_for(target: str, fn, *args, axes=None, **jit_options) -> Build | None:
+    """Compile jax.jit(fn, **jit_options) for a target without running it (None where
+    its compiler is missing). Each argument sharded over the chapter's mesh becomes a
+    ShapeDtypeStruct with the same shape, dtype and PartitionSpec over a mesh with the
+    same axis names and types on the target's devices (of sizes `axes` where the
+    device counts differ); unsharded ones are replicated. `fn` is traced under
+    jax.set_mesh(that mesh): code that takes its mesh from the context (jax.shard_map
+    without mesh=, jax.reshard, constraints given as P) needs no change."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    leaves = jax.tree.leaves(args)
+    meshes = {leaf.sharding.mesh for leaf in leaves
+              if isinstance(getattr(leaf, "sharding", None), NamedSharding)}
+    if len(meshes) != 1:
+        raise ValueError(f"the arguments are sharded over {len(meshes)} meshes; "
+                         "compile_for needs exactly one (the chapter's)")
+    (mesh,) = meshes
+    mesh_t = target_mesh(target, axes or dict(mesh.shape), mesh.axis_types)
+    if mesh_t is None:
+        return None
+
+    def on_target(leaf):
+        if not hasattr(leaf, "shape"):
+            return leaf
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding):
+            sharding = NamedSharding(mesh_t, sharding.spec,
+                                     memory_kind=sharding.memory_kind)
+        else:
+            sharding = NamedSharding(mesh_t, P())
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+    with jax.set_mesh(mesh_t):
+        compiled = jax.jit(fn, **jit_options).lower(
+            *jax.tree.map(on_target, args)).compile()
+    return Build(target, compiled)

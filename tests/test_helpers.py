@@ -383,3 +383,115 @@ def test_lowered_flops_counts_before_compiling_or_falls_back(monkeypatch):
     monkeypatch.setattr(xla_bridge, "using_pjrt_c_api", lambda backend=None: True)
     assert lowered.cost_analysis() is None
     assert helpers.lowered_flops(lowered) == lowered.compile().cost_analysis()["flops"]
+
+
+# --- compilers ---
+
+COMPILE_EVERY_TARGET = """
+import re
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import TARGETS, compile_for
+
+mesh = jax.make_mesh((2, 4), ("data", "model"))
+x = jax.ShapeDtypeStruct((64, 512), jnp.float32,
+                         sharding=NamedSharding(mesh, P("data")))
+w = jax.ShapeDtypeStruct((512, 1024), jnp.float32,
+                         sharding=NamedSharding(mesh, P(None, "model")))
+grad = jax.grad(lambda x, w: jnp.sum(jnp.tanh(x @ w) ** 2), argnums=1)
+AXES = {"tpu-v5p-64": {"data": 8, "model": 8}, "h100-2x8": {"data": 4, "model": 4}}
+for target in TARGETS:
+    build = compile_for(target, grad, x, w, axes=AXES.get(target))
+    assert build is not None, f"{target}: its compiler is not installed"
+    devices = build.compiled.input_shardings[0][1].mesh.devices
+    kinds = {d.device_kind for d in devices.flat}
+    out = build.compiled.output_shardings
+    # the gradient keeps w's sharding on every target; the shard over model is the same
+    assert out.spec == P(None, "model"), (target, out.spec)
+    local = 1024 // dict(out.mesh.shape)["model"]
+    assert re.search(rf"\\[\\d+,{local}\\]", build.hlo), target
+    print(target, devices.size, sorted(kinds)[0], build.collectives,
+          build.memory.temp_size_in_bytes >= 0, build.flops is not None)
+"""
+
+
+def test_compile_for_every_target():
+    """Every target compiles the gradient of a sharded layer: the CPU devices, three TPU
+    topologies (one of two slices over DCN) and H100s on one and two hosts. Its
+    compilers must be installed (make installs them): a missing one fails here."""
+    found = {
+        line.split()[0]: line.split(" ", 1)[1]
+        for line in run_on_simulated_devices(COMPILE_EVERY_TARGET, 8).splitlines()
+    }
+    assert list(found) == list(helpers.TARGETS)
+    assert found["cpu"].startswith("8 cpu {'all-reduce': 1}")
+    assert found["tpu-v5e-8"].startswith("8 TPU v5 lite {'all-reduce': 1}")
+    assert found["tpu-v5p-64"].startswith("64 TPU v5 {'all-reduce': 1}")
+    # across two slices the reduction over data goes over DCN: host sends, no all-reduce
+    assert found["tpu-v5e-2x4"].startswith("8 TPU v5 lite {'dcn send': 1}")
+    assert found["h100-8"].startswith("8 NVIDIA H100 80GB HBM3 {'all-reduce': 1}")
+    assert found["h100-2x8"].startswith("16 NVIDIA H100 80GB HBM3 {'all-reduce': 1}")
+    # XLA:GPU compiled without a GPU reports no cost analysis; the others count FLOPs
+    assert found["h100-8"].endswith("True False")
+    assert found["tpu-v5e-8"].endswith("True True")
+
+
+def test_target_mesh_crosses_slices_and_hosts_on_its_first_axis():
+    code = """
+from tests.helpers import target_mesh
+for target in ("tpu-v5e-2x4", "h100-2x8"):
+    n = 8 if target.startswith("tpu") else 16
+    mesh = target_mesh(target, {"data": 2, "model": n // 2})
+    key = (lambda d: d.slice_index) if target.startswith("tpu") else (
+        lambda d: d.process_index)
+    rows = [{key(d) for d in row} for row in mesh.devices]
+    print(target, rows)
+"""
+    out = run_on_simulated_devices(code, 8)
+    # each row (one index along data) sits in one slice or host; the rows differ
+    assert "tpu-v5e-2x4 [{0}, {1}]" in out
+    assert "h100-2x8 [{0}, {1}]" in out
+
+
+def test_compile_helpers_refuse_bad_input():
+    with pytest.raises(ValueError, match="unknown target 'tpu-v9'; known: cpu, "):
+        helpers.target_devices("tpu-v9")
+    with pytest.raises(ValueError, match=r"needs 6 devices; target 'tpu-v5e-8' has 8"):
+        helpers.target_mesh("tpu-v5e-8", {"data": 2, "model": 3})
+    with pytest.raises(ValueError, match="'data' of size 1 does not divide over the 2"):
+        helpers.target_mesh("tpu-v5e-2x4", {"data": 1, "model": 8})
+    x = jax.ShapeDtypeStruct((8,), jnp.float32)
+    with pytest.raises(ValueError, match="sharded over 0 meshes"):
+        helpers.compile_for("cpu", jnp.sin, x)
+
+
+def test_a_missing_compiler_is_one_line(capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "libtpu" else real(name, *a),
+    )
+    assert helpers.target_devices("tpu-v5e-8") is None
+    assert capsys.readouterr().out == (
+        "skipped tpu-v5e-8 (TPU v5e, one 2x4 slice): its compiler is not installed "
+        "(pip install libtpu==0.0.51)\n"
+    )
+
+
+def test_the_h100_description_is_the_documented_one():
+    """The helper carries the H100 target description inline (Colab opens one
+    notebook); tests/targets/h100_sxm.txtpb documents each figure: same fields, same
+    values."""
+
+    def fields(text):
+        text = "\n".join(line.split("#")[0] for line in text.splitlines())
+        return sorted(re.findall(r"(\w+)\s*(?::\s*(\"[^\"]*\"|\S+)|\{)", text))
+
+    import re
+
+    documented = open(os.path.join(ROOT, "tests", "targets", "h100_sxm.txtpb")).read()
+    assert fields(helpers.H100_SXM) == fields(documented)
