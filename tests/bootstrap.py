@@ -24,16 +24,17 @@ try:  # raises only if JAX started already (this cell ran before): keep those de
     if not os.environ.get("JAX_PLATFORMS"):
         # Start only what this machine has: JAX would try every installed plugin
         # (the book installs the TPU and GPU compilers) and log each that finds no chip.
-        chips = ("tpu" if hardware_utils.num_available_tpu_chips_and_device_id()[0]
-                 else "cuda" if hardware_utils.has_visible_nvidia_gpu()
-                 else "rocm" if hardware_utils.num_available_amd_gpus(stop_at=1)
-                 else "cpu")
-        jax.config.update("jax_platforms", chips)
+        chips = ("tpu," if hardware_utils.num_available_tpu_chips_and_device_id()[0]
+                 else "cuda," if hardware_utils.has_visible_nvidia_gpu()
+                 else "rocm," if hardware_utils.num_available_amd_gpus(stop_at=1)
+                 else "")
+        jax.config.update("jax_platforms", chips + "cpu")
     try:
         found = jax.devices()
     except RuntimeError as err:  # chips, but JAX's plugin for them is missing or failed
-        why_simulated = f" ({jax.config.jax_platforms} chips found, not usable: {err})"
+        why_simulated = f" (JAX_PLATFORMS={jax.config.jax_platforms} failed: {err})"
         jax.config.update("jax_platforms", "cpu")
+        jax.extend.backend.clear_backends()
         found = jax.devices()
     n = len(found)
     # Real accelerators serve when there are 4, 8, 16, ... of them.

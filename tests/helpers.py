@@ -296,7 +296,7 @@ def lowered_flops(lowered) -> float:
 # Each target: (what it is, the package its compiler comes in, devices or
 # slices x devices).
 TARGETS = {
-    "cpu": ("the simulated CPU devices (XLA:CPU)", None, None),
+    "cpu": ("the CPU devices the bootstrap made (XLA:CPU)", None, None),
     "tpu-v5e-8": ("TPU v5e, one 2x4 slice", "libtpu", (1, "v5e:2x4")),
     "tpu-v5p-64": ("TPU v5p, one 4x4x4 slice", "libtpu", (1, "v5p:4x4x4")),
     "tpu-v5e-2x4": ("TPU v5e, two 2x2 slices over DCN", "libtpu", (2, "v5e:2x2")),
@@ -335,8 +335,8 @@ def target_devices(target: str) -> list | None:
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     what, package, shape = TARGETS[target]
-    if package is None:
-        return jax.devices()
+    if package is None:  # also beside real accelerators: the bootstrap starts the CPU
+        return jax.devices("cpu")
     module = "libtpu" if package == "libtpu" else "jax_plugins.xla_cuda13"
     if importlib.util.find_spec(module) is None:
         version = "0.0.51" if package == "libtpu" else "0.12.0.1"
@@ -347,7 +347,9 @@ def target_devices(target: str) -> list | None:
     slices, topology = shape
     if package == "libtpu":
         if jax.default_backend() != "tpu":  # no TPU here: libtpu need not look for one
+            # nor lock one against other processes (compiling needs no lock)
             for name, value in (("TPU_SKIP_MDS_QUERY", "1"),
+                                ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
                                 ("TPU_ACCELERATOR_TYPE", "v5litepod-8"),
                                 ("TPU_WORKER_HOSTNAMES", "localhost"),
                                 ("TPU_WORKER_ID", "0")):
@@ -423,8 +425,9 @@ def compile_for(target: str, fn, *args, axes=None, **jit_options) -> Build | Non
     """Compile jax.jit(fn, **jit_options) for a target without running it (None where
     its compiler is missing). Each argument sharded over the chapter's mesh becomes a
     ShapeDtypeStruct with the same shape, dtype and PartitionSpec over a mesh with the
-    same axis names and types on the target's devices (of sizes `axes` where the
-    device counts differ); unsharded ones are replicated. `fn` is traced under
+    same axis names and types on the target's devices: of sizes `axes`, by default
+    the chapter mesh's with the first axis grown or shrunk to the target's device
+    count; unsharded ones are replicated. `fn` is traced under
     jax.set_mesh(that mesh): code that takes its mesh from the context (jax.shard_map
     without mesh=, jax.reshard, constraints given as P) needs no change."""
     from jax.sharding import NamedSharding
@@ -436,7 +439,16 @@ def compile_for(target: str, fn, *args, axes=None, **jit_options) -> Build | Non
         raise ValueError(f"the arguments are sharded over {len(meshes)} meshes; "
                          "compile_for needs exactly one (the chapter's)")
     (mesh,) = meshes
-    mesh_t = target_mesh(target, axes or dict(mesh.shape), mesh.axis_types)
+    if axes is None:  # the chapter's mesh; its first axis absorbs another device count
+        devices = target_devices(target)
+        if devices is None:
+            return None
+        axes, rest = dict(mesh.shape), mesh.size // mesh.shape[mesh.axis_names[0]]
+        if len(devices) % rest:
+            raise ValueError(f"mesh {axes} does not fit the {len(devices)} devices "
+                             f"of {target!r}: pass axes=")
+        axes[mesh.axis_names[0]] = len(devices) // rest
+    mesh_t = target_mesh(target, axes, mesh.axis_types)
     if mesh_t is None:
         return None
 
@@ -455,3 +467,20 @@ def compile_for(target: str, fn, *args, axes=None, **jit_options) -> Build | Non
         compiled = jax.jit(fn, **jit_options).lower(
             *jax.tree.map(on_target, args)).compile()
     return Build(target, compiled)
+
+
+def compare_compilers(fn, *args, targets=("cpu", "tpu-v5e-8", "h100-8"),
+                      **options) -> dict:
+    """Compile one program for several targets (compile_for's options) and print one
+    row per target: its collectives and whether any runs asynchronously. Returns
+    target -> Build; a target whose compiler is missing is left out (after its line)."""
+    builds = {}
+    for target in targets:
+        if (build := compile_for(target, fn, *args, **options)) is not None:
+            builds[target] = build
+    width = max(map(len, builds), default=0)
+    for target, build in builds.items():
+        found = ", ".join(f"{op} {k}" for op, k in build.collectives.items())
+        mode = " (asynchronous)" if build.asynchronous else ""
+        print(f"{target:<{width}}  {found or 'no collective'}{mode}")
+    return builds

@@ -495,3 +495,29 @@ def test_the_h100_description_is_the_documented_one():
 
     documented = open(os.path.join(ROOT, "tests", "targets", "h100_sxm.txtpb")).read()
     assert fields(helpers.H100_SXM) == fields(documented)
+
+
+def test_compare_compilers_prints_a_row_per_target_and_scales_the_mesh():
+    code = """
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import compare_compilers
+mesh = jax.make_mesh((1, 4), ("data", "model"))  # 4 CPU devices; targets have 8 or 64
+x = jax.ShapeDtypeStruct((64, 512), jnp.float32,
+                         sharding=NamedSharding(mesh, P("data")))
+w = jax.ShapeDtypeStruct((512, 1024), jnp.float32,
+                         sharding=NamedSharding(mesh, P(None, "model")))
+grad = jax.grad(lambda x, w: jnp.sum(jnp.tanh(x @ w) ** 2), argnums=1)
+builds = compare_compilers(grad, x, w, targets=("cpu", "tpu-v5p-64", "h100-8"))
+print({t: dict(b.compiled.output_shardings.mesh.shape) for t, b in builds.items()})
+"""
+    out = run_on_simulated_devices(code, 4).splitlines()
+    # one data row on 4 CPU devices: no reduction over data is needed there
+    assert out[0] == "cpu         no collective"
+    assert out[1] == "tpu-v5p-64  all-reduce 1"
+    assert out[2] == "h100-8      all-reduce 1"
+    assert out[3] == (
+        "{'cpu': {'data': 1, 'model': 4}, 'tpu-v5p-64': {'data': 16, 'model': 4}, "
+        "'h100-8': {'data': 2, 'model': 4}}"
+    )
