@@ -3,13 +3,14 @@
 #   make test       set up, then run every check (pairs, freshness, nbval, site, browser)
 #   make notebooks  sync book/*.md -> notebooks/*.ipynb and execute them (CHAPTERS=01_pmap for one)
 #   make serve      serve the built site on http://localhost:$(PORT)
+#   make lab        open the chapters' notebooks in JupyterLab (from the lock)
 # On real accelerators: BOOK_DEVICES=real make test (outputs not compared; every assert still runs).
 # Every chapter also runs on 4 and 64 simulated devices (OTHER_COUNTS) with outputs not compared, and
 # once more on 8 with outputs compared on other CPU code paths (BOOK_CPU=varied). Chapter times are
 # reported after each run and appended to bench/chapter-times.jsonl; only a gross regression fails.
 SHELL := /bin/bash
 .DEFAULT_GOAL := book
-.PHONY: book site test notebooks serve clean venv lock sysdeps-book sysdeps-test
+.PHONY: book site test notebooks serve lab clean venv lock sysdeps-book sysdeps-test
 
 VENV    := .venv
 PY      := $(VENV)/bin/python
@@ -21,13 +22,15 @@ CHAPTERS ?= $(patsubst book/%.md,%,$(wildcard book/[0-9][0-9]_*.md))
 # (so adding a package moves nothing else); `make lock UPGRADE=1` re-resolves everything.
 TOP_LEVEL := "jax[cpu]==0.12.0.1" jupyter-book==1.0.4.post1 myst-nb jupytext nbval pytest \
              tabulate graphviz rich matplotlib selenium ipykernel optax orbax-checkpoint \
-             termcolor ruff jupyter-server-mathjax cryptography
+             termcolor ruff jupyter-server-mathjax cryptography jupyterlab
 UPGRADE ?=
 
 venv: $(STAMP)
 
 $(STAMP): requirements.txt requirements-compilers.txt
 	@py="$${PYTHON:-$$(bash tests/find_python.sh)}" || exit 1; \
+	"$$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null || { \
+	  echo "PYTHON=$$py is not a Python 3.12 or newer (JAX 0.12 needs one): unset PYTHON to let make find one"; exit 1; }; \
 	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	  echo "$(VENV) has a Python older than 3.12: recreating it"; rm -rf $(VENV); fi; \
 	[ -x $(PY) ] || { echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); }
@@ -35,6 +38,7 @@ $(STAMP): requirements.txt requirements-compilers.txt
 	@# The TPU and GPU compilers, without the NVIDIA libraries a GPU run needs (see the file)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-compilers.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	@touch $@
+	@$(PY) tests/check_lock.py
 
 lock:
 	@py="$${PYTHON:-$$(bash tests/find_python.sh)}" || exit 1; rm -rf /tmp/book-lock-venv; \
@@ -57,10 +61,15 @@ site: $(STAMP) sysdeps-book
 book: site
 
 notebooks: $(STAMP) sysdeps-book
+	@for c in $(CHAPTERS); do [ -f book/$$c.md ] || { echo "No chapter '$$c': CHAPTERS takes" \
+	  "$(patsubst book/%.md,%,$(wildcard book/[0-9][0-9]_*.md))"; exit 1; }; done
 	$(VENV)/bin/jupytext --sync $(addprefix book/,$(addsuffix .md,$(CHAPTERS)))
 	$(PY) tests/execute.py $(addprefix notebooks/,$(addsuffix .ipynb,$(CHAPTERS)))
 
 test: $(STAMP) sysdeps-test
+	@mkdir -p _build && date +%s > _build/test-started
+	@# what is proven is the lock: a .venv that drifted from it fails here, saying how to fix it
+	$(PY) tests/check_lock.py --strict
 	@# The linter (configuration in ruff.toml): code lines of at most 88 characters, and more;
 	@# the formatter's layout for the infrastructure's Python (chapter code is laid out by hand).
 	$(VENV)/bin/ruff check notebooks tests conftest.py bench _ext
@@ -82,7 +91,10 @@ test: $(STAMP) sysdeps-test
 	for k in $(OTHER_COUNTS); do echo "--- $$k simulated devices:"; cat _build/nbval-$$k.log; done; \
 	exit $$failed
 	$(MAKE) --no-print-directory site
-	$(PY) -m pytest tests/test_browser.py
+	$(PY) -m pytest tests/test_browser.py tests/test_leftovers.py
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
 
 serve: site
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html

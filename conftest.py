@@ -10,6 +10,8 @@ than the default ones (see VARIED_CPU)."""
 import datetime
 import json
 import os
+import shutil
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -44,8 +46,14 @@ BOOK_CPU = os.environ.get("BOOK_CPU", "")
 def pytest_configure(config):
     if BOOK_DEVICES:
         config.option.nbval_lax = True
+    if BOOK_DEVICES != "real" and accelerator_chips():
+        os.environ["JAX_PLATFORMS"] = "cpu"  # the stored outputs are the CPU's
+    elif BOOK_DEVICES != "real":
+        # No chip here: leave the choice to the bootstrap, as a reader's kernel does
+        # (it must start the CPU alone, though libtpu and the CUDA plugin are
+        # installed, and print nothing else).
+        os.environ.pop("JAX_PLATFORMS", None)
     if BOOK_DEVICES != "real":
-        os.environ["JAX_PLATFORMS"] = "cpu"
         # stored outputs are for the default 8
         os.environ.pop("JAX_NUM_CPU_DEVICES", None)
         if BOOK_DEVICES:
@@ -58,11 +66,33 @@ def pytest_configure(config):
         config.option, "nbval"
     ):
         config.option.nbval_sanitize_with = str(ROOT / "tests" / "nbval_sanitize.cfg")
+    # Whatever a kernel leaves in its temp directory (chapter 8's certificates and
+    # private keys when nbval stops its kernel before the chapter cleans up) goes into
+    # a folder this session owns and removes at its end (pytest_unconfigure).
+    config.kernel_tmp = tempfile.mkdtemp(prefix="book-kernels-")
+    os.environ["TMPDIR"] = config.kernel_tmp
     # chapter -> wall seconds nbval spent on it
     config.notebook_seconds = defaultdict(float)
     config.notebook_cpu_seconds = {}  # chapter -> CPU seconds of its kernel process
     config.notebook_failed = set()
     config.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "kernel_tmp", None):
+        shutil.rmtree(config.kernel_tmp, ignore_errors=True)
+
+
+def accelerator_chips() -> bool:
+    """Whether JAX's own hardware search finds TPU or GPU chips on this machine (JAX
+    is imported, not started: the kernels choose their devices)."""
+    from jax._src import hardware_utils
+
+    return bool(
+        hardware_utils.num_available_tpu_chips_and_device_id()[0]
+        or hardware_utils.has_visible_nvidia_gpu()
+        or hardware_utils.num_available_amd_gpus(stop_at=1)
+    )
 
 
 def kernel_cpu_seconds(item):

@@ -322,3 +322,49 @@ def test_error_types_show_in_red(server, browser, docname):
     assert shown == red_error_types(docname), (
         f"{docname}: red on the page {shown}, stored {red_error_types(docname)}"
     )
+
+
+# a common phone (CSS pixels): the page may not scroll sideways there (a code block may
+# scroll inside its own box: 88 columns cannot fit a phone)
+PHONE = (390, 844)
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_no_page_scrolls_sideways_on_a_phone(server, browser, docname):
+    browser.set_window_size(*PHONE)
+    try:
+        load(browser, f"{server}/{docname}.html")
+        width = browser.execute_script(
+            "return [document.documentElement.scrollWidth, window.innerWidth];"
+        )
+        # what sticks out, to say what to fix
+        wide = browser.execute_script("""
+            const w = window.innerWidth, found = [];
+            for (const el of document.querySelectorAll('article *')) {
+                const r = el.getBoundingClientRect();
+                if (r.right > w + 1 && el.offsetParent !== null
+                    && !el.closest('pre, .highlight, .MathJax_Display, '
+                                   + '.pst-scrollable-table-container, .table-wrapper'))
+                    found.push(el.tagName + ': ' + el.textContent.slice(0, 50));
+            }
+            return found.slice(0, 3);""")
+        if docname == CHAPTERS[0]:
+            browser.save_screenshot(str(SHOTS / "phone.png"))
+    finally:
+        browser.set_window_size(1280, 1600)
+    assert width[0] <= width[1] + 1, f"{docname} at {PHONE}: {width} {wide}"
+
+
+def test_one_search_box_on_a_laptop_screen(server, browser):
+    browser.set_window_size(*LAPTOP)
+    try:
+        load(browser, f"{server}/{CHAPTERS[0]}.html")
+        visible = browser.execute_script("""
+            return [...document.querySelectorAll(
+                'input[type=search], .search-button-field, .search-button')]
+                .filter(e => e.offsetParent !== null
+                             && e.getBoundingClientRect().width > 0).length;""")
+        browser.save_screenshot(str(SHOTS / "laptop.png"))
+    finally:
+        browser.set_window_size(1280, 1600)
+    assert visible == 1, f"{visible} search boxes or buttons show at {LAPTOP}"
