@@ -53,6 +53,10 @@ def pytest_configure(config):
         # (it must start the CPU alone, though libtpu and the CUDA plugin are
         # installed, and print nothing else).
         os.environ.pop("JAX_PLATFORMS", None)
+        # this process (the helper tests import JAX) has no chip to look for either
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
     if BOOK_DEVICES != "real":
         # stored outputs are for the default 8
         os.environ.pop("JAX_NUM_CPU_DEVICES", None)

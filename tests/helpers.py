@@ -421,7 +421,8 @@ class Build:
         return bool(re.search(rf"\b(?:{'|'.join(COLLECTIVES)})-start\(", self.hlo))
 
 
-def compile_for(target: str, fn, *args, axes=None, **jit_options) -> Build | None:
+def compile_for(target: str, fn, *args, axes=None, compiler_options=None,
+                **jit_options) -> Build | None:
     """Compile jax.jit(fn, **jit_options) for a target without running it (None where
     its compiler is missing). Each argument sharded over the chapter's mesh becomes a
     ShapeDtypeStruct with the same shape, dtype and PartitionSpec over a mesh with the
@@ -429,7 +430,8 @@ def compile_for(target: str, fn, *args, axes=None, **jit_options) -> Build | Non
     the chapter mesh's with the first axis grown or shrunk to the target's device
     count; unsharded ones are replicated. `fn` is traced under
     jax.set_mesh(that mesh): code that takes its mesh from the context (jax.shard_map
-    without mesh=, jax.reshard, constraints given as P) needs no change."""
+    without mesh=, jax.reshard, constraints given as P) needs no change.
+    compiler_options: XLA debug options for this compile alone (gpu_timeline's)."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
     leaves = jax.tree.leaves(args)
@@ -465,7 +467,7 @@ def compile_for(target: str, fn, *args, axes=None, **jit_options) -> Build | Non
 
     with jax.set_mesh(mesh_t):
         compiled = jax.jit(fn, **jit_options).lower(
-            *jax.tree.map(on_target, args)).compile()
+            *jax.tree.map(on_target, args)).compile(compiler_options)
     return Build(target, compiled)
 
 
@@ -484,3 +486,105 @@ def compare_compilers(fn, *args, targets=("cpu", "tpu-v5e-8", "h100-8"),
         mode = " (asynchronous)" if build.asynchronous else ""
         print(f"{target:<{width}}  {found or 'no collective'}{mode}")
     return builds
+
+
+# --- XLA:GPU's predicted timeline: chapters with a cost model ---
+
+
+def parse_textproto(text: str) -> dict:
+    """Protocol-buffer text format as nested dicts: each field name -> list of values
+    (strings) or of messages (dicts). Enough for XLA's dumps; no type checking."""
+    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[{}]|[^\s{}:]+:?', text)
+    node, stack, i = {}, [], 0
+    root = node
+    while i < len(tokens):
+        token = tokens[i]
+        if token == "}":
+            node = stack.pop()
+        elif tokens[i + 1] == "{" or (token.endswith(":") and tokens[i + 1] == "{"):
+            child = {}
+            node.setdefault(token.rstrip(":"), []).append(child)
+            stack.append(node)
+            node, i = child, i + 1
+        else:
+            value = tokens[i + 1]
+            node.setdefault(token.rstrip(":"), []).append(value.strip('"'))
+            i += 1
+        i += 1
+    return root
+
+
+class Timeline:
+    """XLA:GPU's schedule of a compiled program's entry computation, in microseconds of
+    its speed-of-light model: rows (name, kind, start, end), kind "compute" for a kernel
+    (fusion, library call) and the collective's name for an asynchronous collective,
+    from its start to its done."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.total = max((end for *_, end in rows), default=0.0)
+
+    def busy(self, compute: bool) -> list:
+        """The merged intervals in which compute (or communication) runs."""
+        spans = sorted((s, e) for _, kind, s, e in self.rows
+                       if (kind == "compute") == compute and e > s)
+        merged = []
+        for start, end in spans:
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return merged
+
+    @property
+    def compute(self) -> float:
+        return sum(end - start for start, end in self.busy(True))
+
+    @property
+    def exposed(self) -> float:
+        """Communication no kernel runs under: collectives' time outside compute."""
+        hidden = 0.0
+        for c_start, c_end in self.busy(False):
+            for k_start, k_end in self.busy(True):
+                hidden += max(0.0, min(c_end, k_end) - max(c_start, k_start))
+        return sum(e - s for s, e in self.busy(False)) - hidden
+
+
+def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
+    """Compile for an H100 target (compile_for's arguments) with XLA's speed-of-light
+    latency estimator and read the latency-hiding scheduler's timeline of the entry
+    computation from its dump. A model of the hardware, not a measurement."""
+    import glob
+    import shutil
+    import tempfile
+    dump = tempfile.mkdtemp(prefix="xla-schedule-")
+    try:
+        build = compile_for(target, fn, *args, compiler_options={
+            "xla_dump_to": dump, "xla_dump_latency_hiding_schedule": True,
+            "xla_gpu_enable_analytical_sol_latency_estimator": True}, **options)
+        if build is None:
+            return None
+        (path,) = glob.glob(f"{dump}/*.schedule.txt")
+        proto = parse_textproto(open(path).read())
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+    module = proto["hlo_module"][0]
+    ops = {i["id"][0]: (i["name"][0], i["opcode"][0])
+           for c in module["computations"] for i in c["instructions"]}
+    (entry,) = [s for s in proto["computation_schedules"]
+                if s["computation_id"] == module["entry_computation_id"]]
+    rows, started = [], {}
+    for ins in entry["instructions"]:
+        name, opcode = ops[ins["id"][0]]
+        start = float(ins.get("start_timestamp_cycles", ["0"])[0])
+        end = float(ins.get("end_timestamp_cycles", ["0"])[0])
+        if opcode.endswith("-start") or opcode == "async-start":
+            started[name.replace("-start", "")] = start
+        elif opcode.endswith("-done") or opcode == "async-done":
+            base = name.replace("-done", "")
+            rows.append((base, re.sub(r"\.\d+$", "", base), started.pop(base), end))
+        elif end > start and opcode in ("fusion", "custom-call", "while", "call"):
+            rows.append((name, "compute", start, end))
+    if started:
+        raise ValueError(f"collectives started and never done: {sorted(started)}")
+    return Timeline(rows)

@@ -114,7 +114,9 @@ def test_show_graph_without_graphviz_says_how_to_install_it():
         "import graphviz; from tests.helpers import show_graph\n"
         "g = graphviz.Digraph(); g.edge('a', 'b'); show_graph(g)"
     )
-    env = {**os.environ, "PATH": "/nonexistent"}
+    # JAX_PLATFORMS as a chapter's bootstrap leaves it (the helpers module asks JAX
+    # for its backend when imported)
+    env = {**os.environ, "PATH": "/nonexistent", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run(
         [sys.executable, "-c", code],
         env=env,
@@ -521,3 +523,56 @@ print({t: dict(b.compiled.output_shardings.mesh.shape) for t, b in builds.items(
         "{'cpu': {'data': 1, 'model': 4}, 'tpu-v5p-64': {'data': 16, 'model': 4}, "
         "'h100-8': {'data': 2, 'model': 4}}"
     )
+
+
+def test_parse_textproto_nests_messages_and_repeats_fields():
+    text = 'a { b: 1 b: 2 c { name: "x y" } } d: "}" e: 3.5\nf { }'
+    assert helpers.parse_textproto(text) == {
+        "a": [{"b": ["1", "2"], "c": [{"name": ["x y"]}]}],
+        "d": ["}"],
+        "e": ["3.5"],
+        "f": [{}],
+    }
+
+
+GPU_TIMELINE = """
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import gpu_timeline
+mesh = jax.make_mesh((8,), ("fsdp",))
+D, F, T = 1024, 4096, 8192
+spec = NamedSharding(mesh, P("fsdp"))
+x = jax.ShapeDtypeStruct((T, D), jnp.bfloat16, sharding=spec)
+w1 = jax.ShapeDtypeStruct((D, F), jnp.bfloat16, sharding=spec)
+w2 = jax.ShapeDtypeStruct((F, D), jnp.bfloat16, sharding=spec)
+def loss(w1, w2, x):
+    return jnp.mean((jax.nn.relu(x @ w1) @ w2).astype(jnp.float32) ** 2)
+tl = gpu_timeline(jax.grad(loss, argnums=(0, 1)), w1, w2, x)
+for row in tl.rows:
+    print(*row)
+print("total", tl.total, tl.compute, tl.exposed)
+"""
+
+
+def test_gpu_timeline_of_an_fsdp_gradient_is_consistent():
+    """XLA:GPU's schedule of the FSDP gradient of a 2-layer MLP on 8 H100s: kernels
+    and asynchronous collectives with starts before ends, the weights' all-gathers
+    and gradients' reduce-scatters paired start to done (an unpaired one raises),
+    the step as long as its last end, and compute plus exposed communication no
+    longer than the step."""
+    lines = run_on_simulated_devices(GPU_TIMELINE, 8).splitlines()
+    rows = [line.split() for line in lines[:-1]]
+    total, compute, exposed = map(float, lines[-1].split()[1:])
+    assert rows and all(float(start) <= float(end) for *_, start, end in rows)
+    kinds = [kind for _, kind, *_ in rows]
+    # FSDP: weights gathered before use, gradients scattered after (XLA may combine
+    # the two weights' collectives into one)
+    assert kinds.count("all-gather") >= 1 and kinds.count("reduce-scatter") >= 1
+    # four GEMMs of the forward and backward passes at least (one per matmul use)
+    assert kinds.count("compute") >= 4
+    assert total == max(float(end) for *_, end in rows)
+    assert 0 < compute <= total and 0 <= exposed and compute + exposed <= total + 1e-6
+    # the first all-gather has nothing to hide under: the step starts exposed
+    first = min(rows, key=lambda r: float(r[2]))
+    assert first[1] == "all-gather" and exposed > 0
