@@ -111,8 +111,13 @@ def kernel_cpu_seconds(item):
         return None
 
 
+def is_chapter(path: str) -> bool:
+    """A chapter's notebook (timed, recorded), not a scratch one (test_passes.py)."""
+    return path.startswith("notebooks/") and path.endswith(".ipynb")
+
+
 def pytest_runtest_makereport(item, call):
-    if call.when == "call" and item.nodeid.split("::")[0].endswith(".ipynb"):
+    if call.when == "call" and is_chapter(item.nodeid.split("::")[0]):
         cpu = kernel_cpu_seconds(item)
         if cpu is not None:
             item.config.notebook_cpu_seconds[Path(item.nodeid.split("::")[0]).stem] = (
@@ -122,7 +127,7 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::")[0]
-    if path.endswith(".ipynb"):
+    if is_chapter(path):
         _config.notebook_seconds[Path(path).stem] += report.duration
         if report.failed:
             _config.notebook_failed.add(Path(path).stem)
