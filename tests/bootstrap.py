@@ -1,23 +1,42 @@
 # Bootstrap, the first cell of every chapter: it picks the devices before JAX starts.
+# Another count of simulated CPU devices (4, 8, 16, 32 or 64; 8 by default): set
+# JAX_NUM_CPU_DEVICES before this cell runs in a fresh kernel, with
+# `%env JAX_NUM_CPU_DEVICES=16` in a cell above it, or in the shell that starts Jupyter.
 import os
+import re
 import sys
 
-# JAX reads this variable too: check it first.
-SIMULATED = os.environ.get("JAX_NUM_CPU_DEVICES", "")
-if not SIMULATED:  # unset, or set but empty (which JAX itself refuses): the default
+
+class SetupError(RuntimeError):
+    def _render_traceback_(self):  # IPython shows this line instead of a traceback
+        return [f"SetupError: {self}"]
+
+
+def stop(message):
+    if "ipykernel" in sys.modules:
+        raise SetupError(message)
+    sys.exit(message)
+
+
+# JAX reads this variable too: check it first. Set but empty, it counts as unset (JAX
+# itself refuses it); unset, XLA's flag that many tutorials set gives the count.
+SIMULATED, source = os.environ.get("JAX_NUM_CPU_DEVICES"), "JAX_NUM_CPU_DEVICES"
+if not SIMULATED:
     os.environ.pop("JAX_NUM_CPU_DEVICES", None)
-    SIMULATED = "8"
+    flag = re.search(r"(--xla_force_host_platform_device_count)=(\S+)",
+                     os.environ.get("XLA_FLAGS", ""))
+    source, SIMULATED = flag.groups() if flag else (source, "8")
 if SIMULATED not in ("4", "8", "16", "32", "64"):
-    sys.exit(f"JAX_NUM_CPU_DEVICES={SIMULATED!r} makes no sense here: the book "
-             "simulates 4, 8, 16, 32 or 64 CPU devices (8 when the variable is unset).")
+    stop(f"{source}={SIMULATED!r} makes no sense here: the book simulates "
+         "4, 8, 16, 32 or 64 CPU devices (8 when the variable is unset).")
 import jax
 import jax.extend.backend
 from jax._src import hardware_utils  # JAX's own search for accelerator chips
 
 if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 12):
-    sys.exit(f"This book needs JAX >= 0.12, found {jax.__version__}. Run "
-             '`pip install -U "jax>=0.12"` ("jax[tpu]>=0.12" on a TPU runtime), '
-             "then restart the runtime.")
+    stop(f"This book needs JAX >= 0.12, found {jax.__version__}. Run "
+         '`pip install -U "jax>=0.12"` ("jax[tpu]>=0.12" on a TPU runtime), '
+         "then restart the runtime.")
 why_simulated = ""
 try:  # raises only if JAX started already (this cell ran before): keep those devices
     jax.config.update("jax_num_cpu_devices", int(SIMULATED))
@@ -44,7 +63,9 @@ try:  # raises only if JAX started already (this cell ran before): keep those de
         jax.config.update("jax_platforms", "cpu")
         jax.extend.backend.clear_backends()
 except RuntimeError:
-    pass
+    if jax.default_backend() == "cpu" and jax.device_count() != int(SIMULATED):
+        why_simulated = (f" (JAX started with these before; restart the kernel "
+                         f"for {SIMULATED})")
 devices = jax.devices()
 kind = ("simulated CPU devices" if devices[0].platform == "cpu"
         else f"real {devices[0].device_kind} devices")

@@ -428,9 +428,10 @@ def compile_for(target: str, fn, *args, axes=None, compiler_options=None,
     ShapeDtypeStruct with the same shape, dtype and PartitionSpec over a mesh with the
     same axis names and types on the target's devices: of sizes `axes`, by default
     the chapter mesh's with the first axis grown or shrunk to the target's device
-    count; unsharded ones are replicated. `fn` is traced under
-    jax.set_mesh(that mesh): code that takes its mesh from the context (jax.shard_map
-    without mesh=, jax.reshard, constraints given as P) needs no change.
+    count; unsharded ones are replicated. `fn` is traced under jax.set_mesh(that
+    mesh), so code that takes its mesh from the context (jax.reshard, constraints
+    given as P) needs no change; but a jax.shard_map made without mesh= keeps the
+    first context mesh it ran under: make it inside `fn`, fresh for each target.
     compiler_options: XLA debug options for this compile alone (gpu_timeline's)."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

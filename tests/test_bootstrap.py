@@ -34,14 +34,16 @@ jax.default_backend = lambda: (
 """
 
 
-def run_cell(env_extra=None, preamble="", runs=1):
+def run_cell(env_extra=None, preamble="", runs=1, between=""):
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("JAX_NUM_CPU_DEVICES", "JAX_PLATFORMS")
     }
     env.update(env_extra or {})
-    code = preamble + "\n".join([f"exec(open({str(BOOTSTRAP)!r}).read())"] * runs)
+    code = preamble + f"\n{between}".join(
+        [f"exec(open({str(BOOTSTRAP)!r}).read())"] * runs
+    )
     return subprocess.run(
         [sys.executable, "-c", code],
         env=env,
@@ -123,3 +125,52 @@ def test_running_the_cell_twice_keeps_the_devices():
     assert [l.split(": ")[1] for l in lines(out.stdout)] == [
         "4 simulated CPU devices"
     ] * 2
+
+
+def test_the_xla_flag_many_tutorials_set_gives_the_count():
+    flag = "--xla_force_host_platform_device_count"
+    out = run_cell({"XLA_FLAGS": f"{flag}=16"})
+    assert out.returncode == 0, out.stderr
+    assert lines(out.stdout)[0].endswith("cpu: 16 simulated CPU devices")
+    out = run_cell({"XLA_FLAGS": f"{flag}=3"})
+    assert out.returncode == 1
+    assert lines(out.stderr)[0].startswith(f"{flag}='3' makes no sense here")
+
+
+def test_another_count_in_the_same_kernel_says_restart():
+    out = run_cell(
+        {"JAX_NUM_CPU_DEVICES": "4"},
+        runs=2,
+        between="import os; os.environ['JAX_NUM_CPU_DEVICES'] = '16'\n",
+    )
+    assert out.returncode == 0, out.stderr
+    assert lines(out.stdout)[1].endswith(
+        "4 simulated CPU devices (JAX started with these before; "
+        "restart the kernel for 16)"
+    )
+
+
+def test_a_bad_count_in_a_notebook_is_one_line_not_a_traceback():
+    """In a Jupyter kernel (Colab's too) the refusal is one line: IPython prints the
+    error's _render_traceback_, not a traceback or SystemExit's "use %tb" notice."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(BOOTSTRAP.read_text())]
+    env = {"JAX_NUM_CPU_DEVICES": "3"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        NotebookClient(
+            nb, timeout=120, kernel_name="python3", allow_errors=True
+        ).execute()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    (output,) = nb.cells[0].outputs
+    assert output.output_type == "error" and output.ename == "SetupError"
+    assert output.traceback == [
+        "SetupError: JAX_NUM_CPU_DEVICES='3' makes no sense here: the book simulates "
+        "4, 8, 16, 32 or 64 CPU devices (8 when the variable is unset)."
+    ]
