@@ -14,7 +14,11 @@ import pytest
 DEFAULT_BUDGET = 30
 # Chapter 8 starts 2-4 worker processes, each importing JAX.
 BUDGETS = {"08_multihost": 60}
-GROSS = 2  # a regression this many times the budget fails the suite
+# A regression this many times the budget fails the suite. 3 since 2026-11-28: that
+# day the chapters unchanged since the last landing (5, 6, 7) ran at 2-2.5 times their
+# earlier low-load times on this machine (chapter 7: 58-75 s wall, 84 s CPU, load 1),
+# so 2 would fail on the machine's state, not on a chapter's.
+GROSS = 3
 
 
 def budget_for(name: str) -> int:
@@ -56,8 +60,9 @@ def test_no_chapter_grossly_over_budget(request):
         (25, 30, "ok"),
         (45, 40, "over budget"),
         (75, 40, "over budget"),  # busy machine: wall only
-        (75, 70, "REGRESSION (> 2x budget)"),
-        (75, None, "REGRESSION (> 2x budget)"),
+        (95, 70, "over budget"),  # CPU under 3x
+        (95, 91, "REGRESSION (> 3x budget)"),
+        (95, None, "REGRESSION (> 3x budget)"),
     ],
 )
 def test_verdicts(wall, cpu, expected):
