@@ -75,6 +75,10 @@ def pytest_configure(config):
     # a folder this session owns and removes at its end (pytest_unconfigure).
     config.kernel_tmp = tempfile.mkdtemp(prefix="book-kernels-")
     os.environ["TMPDIR"] = config.kernel_tmp
+    # libtpu (the TPU compiler the chapters compile for) logs into /tmp/tpu_logs
+    # whatever TMPDIR says, unless TPU_LOG_DIR names an existing folder: this one's.
+    os.environ["TPU_LOG_DIR"] = os.path.join(config.kernel_tmp, "tpu_logs")
+    os.makedirs(os.environ["TPU_LOG_DIR"])
     # chapter -> wall seconds nbval spent on it
     config.notebook_seconds = defaultdict(float)
     config.notebook_cpu_seconds = {}  # chapter -> CPU seconds of its kernel process

@@ -27,3 +27,14 @@ def test_no_temp_folder_of_the_run_is_left():
         if p.stat().st_mtime >= since and p.name != own
     ]
     assert not left, f"left in {system_tmp} by this run: {left}"
+
+
+def test_no_tpu_compiler_log_of_the_run_is_left():
+    """libtpu writes its logs to /tmp/tpu_logs (not TMPDIR) unless TPU_LOG_DIR names
+    a folder; conftest.py names the session's own."""
+    if not STARTED.exists():
+        pytest.skip("run by `make test`, which records when it started")
+    since = float(STARTED.read_text())
+    logs = Path("/tmp/tpu_logs")
+    left = [p.name for p in logs.glob("*") if p.lstat().st_mtime >= since]
+    assert not left, f"left in {logs} by this run: {left[:4]} ({len(left)} files)"
