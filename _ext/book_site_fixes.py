@@ -8,7 +8,12 @@ already been declared" in every page's console. Drop exact duplicates.
 Formulas are typeset offline. Sphinx loads MathJax from a CDN by default; the site
 serves MathJax 2.7 itself instead, from the pinned `jupyter-server-mathjax` package (in
 the lock), copied into `_static/mathjax` (see `_config.yml`: `mathjax_path`,
-`mathjax2_config`). Pages without equations load no MathJax at all."""
+`mathjax2_config`). Pages without equations load no MathJax at all.
+
+Kaggle beside Colab. The theme's launch menu knows Colab, Binder and others but not
+Kaggle, whose notebooks offer a TPU v5e-8 (8 real chips; Colab's free TPU is one). The
+Kaggle entry is derived from the Colab one, so both follow `repository` in
+_config.yml, the one place the repository's address is set."""
 
 import importlib.util
 import shutil
@@ -65,7 +70,30 @@ def _no_mathjax3_config(app):
     app.config.mathjax3_config = None
 
 
+def _add_kaggle(app, pagename, templatename, context, doctree):
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "launch-buttons":
+            continue
+        for button in list(group["buttons"]):
+            _, found, rest = button.get("url", "").partition(
+                "colab.research.google.com/github/"
+            )
+            if button.get("text") == "Colab" and found:
+                group["buttons"].append(
+                    {
+                        "type": "link",
+                        "text": "Kaggle",
+                        "tooltip": "Launch on Kaggle (TPU v5e-8)",
+                        "icon": "fab fa-kaggle",
+                        "url": "https://kaggle.com/kernels/welcome?src="
+                        f"https://github.com/{rest}",
+                    }
+                )
+
+
 def setup(app):
+    # after the theme's launch buttons (priority 501), before the page is written
+    app.connect("html-page-context", _add_kaggle, priority=502)
     app.connect("html-page-context", _drop_duplicate_scripts)
     app.connect("builder-inited", _no_mathjax3_config, priority=900)
     app.connect("build-finished", _copy_mathjax)

@@ -199,6 +199,22 @@ def test_colab_button_names_an_existing_notebook(server, browser, docname):
     assert match.group(1) == f"{docname}.ipynb" and (ROOT / match.group(1)).exists()
 
 
+@pytest.mark.parametrize("docname", CHAPTERS)
+def test_kaggle_button_names_the_same_notebook(server, browser, docname):
+    from selenium.webdriver.common.by import By
+
+    load(browser, f"{server}/{docname}.html")
+    links = {
+        a.get_attribute("href")
+        for a in browser.find_elements(By.CSS_SELECTOR, "a[href*='kaggle.com']")
+    }
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    assert links == {
+        f"https://kaggle.com/kernels/welcome?src={config['url']}/blob/"
+        f"{config['branch']}/{docname}.ipynb"
+    }, f"{docname}: Kaggle links {links}"
+
+
 def test_search_finds_shard_map(server, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
