@@ -2,6 +2,9 @@
 executed."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jupytext
@@ -239,3 +242,21 @@ def test_no_merge_conflict_markers():
         if line.startswith(markers)
     ]
     assert not found, f"merge conflict markers at {found}"
+
+
+def test_worker_run_by_hand_without_its_argument_says_what_it_needs():
+    """book/multihost/worker.py (chapter 8's worker) is there to be run by hand too."""
+    worker = ROOT / "book" / "multihost" / "worker.py"
+    for argv in ([], ["{}"], ["not json"]):
+        out = subprocess.run(
+            [sys.executable, str(worker), *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        )
+        assert out.returncode == 1 and out.stdout == "", out
+        assert out.stderr.startswith(
+            "usage: python worker.py JSON, a JSON object with "
+        ), out.stderr
+        assert "Traceback" not in out.stderr

@@ -21,7 +21,15 @@ from jax import P
 from jax.experimental import mesh_utils, multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-args = json.loads(sys.argv[1])       # from the launcher: see Job below
+NEEDS = ("processes", "process_id", "local_devices", "port", "tasks", "ckpt_dir",
+         "watchdog", "options")      # the launcher's JSON argument: see Job below
+try:
+    args = json.loads(sys.argv[1])
+except (IndexError, ValueError):
+    args = {}
+if not isinstance(args, dict) or set(NEEDS) - args.keys():
+    sys.exit(f"usage: python worker.py JSON, a JSON object with {', '.join(NEEDS)}, "
+             "as chapter 8's launcher (Job) writes it")
 jax.config.update("jax_num_cpu_devices", args["local_devices"])
 jax.config.update("jax_cpu_collectives_implementation", "gloo")  # across processes
 hold_until = time.monotonic() + 300  # the launcher says when to join (see Run 1)
