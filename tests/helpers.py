@@ -20,6 +20,12 @@ from termcolor import colored
 # asserted when this holds; what must hold everywhere is asserted always.
 ON_CPU = jax.default_backend() == "cpu"
 
+# One palette for every figure (Okabe and Ito, "Color Universal Design", 2008): its
+# colours stay apart for readers with the common colour-vision deficiencies, and in
+# grey print by their lightness. Figures cycle through it in this order.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
+           "#F0E442", "#000000")
+
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute",
                "all-to-all")
 
