@@ -2,6 +2,9 @@
 # Another count of simulated CPU devices (4, 8, 16, 32 or 64; 8 by default): set
 # JAX_NUM_CPU_DEVICES before this cell runs in a fresh kernel, with
 # `%env JAX_NUM_CPU_DEVICES=16` in a cell above it, or in the shell that starts Jupyter.
+# The notebook asks Colab and Kaggle for a TPU runtime: Kaggle's TPU v5e-8 has 8 chips,
+# and the chapter runs on them; Colab's free TPU is one chip, too few, so this cell
+# simulates CPU devices there and says so (any runtime works).
 import os
 import re
 import sys
@@ -37,6 +40,31 @@ if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 12):
     stop(f"This book needs JAX >= 0.12, found {jax.__version__}. Run "
          '`pip install -U "jax>=0.12"` ("jax[tpu]>=0.12" on a TPU runtime), '
          "then restart the runtime.")
+# Colab and Kaggle lack some of the packages the chapters import: install those missing,
+# at the versions of the book's lock (requirements.txt), and say so in one line.
+import importlib.util
+import subprocess
+
+
+def missing(module):
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:  # its parent package is missing
+        return True
+
+
+NEEDED = {"tabulate": "tabulate==0.10.0", "termcolor": "termcolor==3.3.0",
+          "optax": "optax==0.2.8", "orbax.checkpoint": "orbax-checkpoint==0.12.8",
+          "graphviz": "graphviz==0.21", "matplotlib": "matplotlib==3.11.2",
+          "cryptography": "cryptography==50.0.2"}
+wanted = [pin for module, pin in NEEDED.items() if missing(module)]
+if wanted:
+    print(f"Installing {', '.join(wanted)}: missing here")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *wanted],
+                         capture_output=True, text=True)
+    if pip.returncode:
+        stop(f"pip could not install {' '.join(wanted)}: {pip.stderr.strip()[-300:]}")
+    importlib.invalidate_caches()
 why_simulated = ""
 try:  # raises only if JAX started already (this cell ran before): keep those devices
     jax.config.update("jax_num_cpu_devices", int(SIMULATED))

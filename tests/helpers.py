@@ -34,7 +34,7 @@ def count_collectives(compiled) -> dict:
     """How many of each collective a compiled program contains, zeros left out
     (an asynchronous start/done pair counts once)."""
     hlo = compiled.as_text()
-    counts = {op: len(re.findall(rf"\b{op}(?:-start)?\(", hlo)) for op in COLLECTIVES}
+    counts = {op: len(re.findall(rf" {op}(?:-start)?\(", hlo)) for op in COLLECTIVES}
     return {op: k for op, k in counts.items() if k}
 
 
@@ -125,7 +125,7 @@ def executed_collectives(compiled, mesh, axis: str = "model") -> dict:
     for name, body in bodies:
         runs = int(trips.get(name, 1))
         for op in COLLECTIVES:
-            if hits := len(re.findall(rf"\b{op}(?:-start)?\(", body)):
+            if hits := len(re.findall(rf" {op}(?:-start)?\(", body)):
                 counts[op] = counts.get(op, 0) + runs * hits
         for pairs in re.findall(r"collective-permute(?:-start)?\(.*?"
                                 r"source_target_pairs=\{(.*?)\}\}", body):
@@ -147,7 +147,7 @@ def collective_ops(compiled) -> list:
     found = []
     for line in compiled.as_text().splitlines():
         kinds = "|".join(COLLECTIVES)
-        if match := re.search(rf"\b({kinds})(?:-start)?\((.*?)\)(.*)$", line):
+        if match := re.search(rf" ({kinds})(?:-start)?\((.*?)\)(.*)$", line):
             kind, operands, rest = match.groups()
             origin = re.search(r'op_name="([^"]*)"', rest)
             found.append((kind, operands.count("%"), origin[1] if origin else "?"))
@@ -263,7 +263,7 @@ def executed(compiled, op: str) -> int:
     total = 0
     for entry, name, text in re.findall(
             r"^(ENTRY )?%(\S+) .*?\{\n(.*?)^\}", hlo, re.M | re.S):
-        k = len(re.findall(rf"\b{op}(?:-start)?\(", text))
+        k = len(re.findall(rf" {op}(?:-start)?\(", text))
         if k and not entry and trips.get(name) is None:
             raise ValueError(f"{op} in {name}, neither the entry nor a counted loop")
         total += k * (1 if entry else trips.get(name) or 0)
@@ -414,7 +414,7 @@ class Build:
         """Each collective's count (an asynchronous start/done pair once), zeros left
         out; on TPU slices, transfers over DCN: the host sends of XLA's megascale
         runtime, as "dcn send"."""
-        counts = {op: len(re.findall(rf"\b{op}(?:-start)?\(", self.hlo))
+        counts = {op: len(re.findall(rf" {op}(?:-start)?\(", self.hlo))
                   for op in COLLECTIVES}
         counts["dcn send"] = len(re.findall(
             r"\bsend\(.*is_host_transfer=true.*megascale", self.hlo))

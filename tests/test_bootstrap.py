@@ -174,3 +174,50 @@ def test_a_bad_count_in_a_notebook_is_one_line_not_a_traceback():
         "SetupError: JAX_NUM_CPU_DEVICES='3' makes no sense here: the book simulates "
         "4, 8, 16, 32 or 64 CPU devices (8 when the variable is unset)."
     ]
+
+
+FAKE_MISSING = """
+import importlib.util, subprocess
+real_find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: (
+    None if name in ("tabulate", "orbax.checkpoint") else real_find_spec(name, *a))
+class Pip:
+    returncode, stderr = {rc}, "ERROR: No matching distribution found for tabulate"
+def fake_run(command, **options):
+    print("ran:", " ".join(command[1:]))
+    return Pip()
+subprocess.run = fake_run
+"""
+
+
+def test_missing_packages_are_installed_at_the_locks_versions():
+    out = run_cell(preamble=FAKE_MISSING.format(rc=0))
+    assert out.returncode == 0, out.stderr
+    assert lines(out.stdout)[:2] == [
+        "Installing tabulate==0.10.0, orbax-checkpoint==0.12.8: missing here",
+        "ran: -m pip install -q tabulate==0.10.0 orbax-checkpoint==0.12.8",
+    ]
+    assert lines(out.stdout)[2].endswith("cpu: 8 simulated CPU devices")
+
+
+def test_a_failed_install_is_one_sentence():
+    out = run_cell(preamble=FAKE_MISSING.format(rc=1))
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert lines(out.stderr) == [
+        "pip could not install tabulate==0.10.0 orbax-checkpoint==0.12.8: "
+        "ERROR: No matching distribution found for tabulate"
+    ]
+
+
+def test_the_installed_versions_are_the_locks():
+    """What the bootstrap installs on Colab or Kaggle is what the book was run with."""
+    import re
+
+    pins = re.findall(r'"([\w-]+)==([\w.]+)"', BOOTSTRAP.read_text())
+    lock = dict(
+        line.split("==")
+        for line in (BOOTSTRAP.parent.parent / "requirements.txt").read_text().split()
+        if "==" in line
+    )
+    assert pins and all(lock.get(name) == version for name, version in pins), pins

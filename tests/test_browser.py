@@ -172,6 +172,12 @@ def test_chapter_shows_its_outputs(server, browser, docname):
     assert len(loaded) == n_images, (
         f"{docname}: {len(loaded)} of {n_images} stored images shown"
     )
+    no_alt = [
+        img.get_attribute("src").rsplit("/", 1)[-1]
+        for img in images
+        if len((img.get_attribute("alt") or "").split()) < 8
+    ]
+    assert not no_alt, f"{docname}: figures without alt text: {no_alt}"
 
 
 @pytest.mark.parametrize("docname", CHAPTERS)

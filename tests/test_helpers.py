@@ -576,3 +576,15 @@ def test_gpu_timeline_of_an_fsdp_gradient_is_consistent():
     # the first all-gather has nothing to hide under: the step starts exposed
     first = min(rows, key=lambda r: float(r[2]))
     assert first[1] == "all-gather" and exposed > 0
+
+
+def test_ragged_all_to_all_is_not_counted_as_an_all_to_all():
+    class Compiled:
+        def as_text(self):
+            return (
+                "  %r = f32[8]{0} ragged-all-to-all(%x, %y, %o), replica_groups={}\n"
+                "  %a = f32[8]{0} all-to-all(%x), replica_groups={}\n"
+                "  ROOT %s = (f32[8]{0}) all-reduce-start(%a), to_apply=%add\n"
+            )
+
+    assert helpers.count_collectives(Compiled()) == {"all-to-all": 1, "all-reduce": 1}

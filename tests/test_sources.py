@@ -260,3 +260,22 @@ def test_worker_run_by_hand_without_its_argument_says_what_it_needs():
             "usage: python worker.py JSON, a JSON object with "
         ), out.stderr
         assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_figure_has_alt_text(name):
+    """A figure says in words what it shows (issue 35): the drawing cell's metadata
+    carries `mystnb: image: alt:` (myst-nb puts it on the page's <img>)."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    for i, cell in enumerate(code_cells(nb)):
+        drawn = any(
+            kind.startswith("image/")
+            for output in cell.get("outputs", [])
+            for kind in output.get("data", {})
+        )
+        alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+        if drawn:
+            assert len(alt.split()) >= 8, (
+                f"{name}: code cell {i} draws a figure without alt text of a sentence "
+                "or more (`mystnb: image: alt:` in the cell's metadata)"
+            )
