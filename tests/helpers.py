@@ -30,10 +30,46 @@ COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute
                "all-to-all")
 
 
-def count_collectives(compiled) -> dict:
-    """How many of each collective a compiled program contains, zeros left out
-    (an asynchronous start/done pair counts once)."""
+def issued_hlo(compiled) -> str:
+    """A compiled program's HLO text with each collective it issues written once, as
+    `kind(` or, asynchronous, `kind-start(`, whichever compiler made it: the book's
+    readers of collectives read this. libtpu's own forms are rewritten: an asynchronous
+    collective is a chain of fusions (the first starts it, custom-call
+    AsyncCollectiveStart; the last ends it), each body repeating the collective, and
+    becomes one `kind-start`; a reduce-scatter is a fusion calling %all-reduce-scatter
+    (an all-reduce of which each device keeps its slice) and becomes a
+    `reduce-scatter`. Fusion bodies are left out: the instruction that calls one
+    stands for it."""
     hlo = compiled.as_text()
+    computations = re.findall(r"^((?:ENTRY )?%(\S+) [^\n]*\{\n)(.*?^\}\n)", hlo,
+                              re.M | re.S)
+    bodies = {name: text for _, name, text in computations}
+    fused = set(re.findall(r" fusion\(.*?calls=%([\w.\-]+)", hlo))
+    inner = re.compile(rf"^\s*(?:ROOT )?%\S+ = (.*?) ({'|'.join(COLLECTIVES)})\("
+                       r"[^)]*\)(.*)$", re.M)
+    kept = []
+    for header, name, text in computations:
+        if name in fused:
+            continue
+        lines = []
+        for line in text.splitlines(keepends=True):
+            call = re.match(r"(\s*(?:ROOT )?%\S+ = )(.*?) fusion\(([^)]*)\).*?"
+                            r"calls=%([\w.\-]+)", line)
+            body = bodies.get(call[4], "") if call else ""
+            op = inner.search(body)
+            if op and call[4].startswith("all-reduce-scatter"):
+                line = f"{call[1]}{call[2]} reduce-scatter({call[3]}){op[3]}\n"
+            elif op and 'custom_call_target="AsyncCollectiveStart"' in body:
+                line = f"{call[1]}{op[1]} {op[2]}-start({call[3]}){op[3]}\n"
+            lines.append(line)
+        kept.append(header + "".join(lines))
+    return "\n".join(kept)
+
+
+def count_collectives(compiled) -> dict:
+    """How many of each collective a compiled program issues, zeros left out (an
+    asynchronous start/done pair counts once; see issued_hlo)."""
+    hlo = issued_hlo(compiled)
     counts = {op: len(re.findall(rf" {op}(?:-start)?\(", hlo)) for op in COLLECTIVES}
     return {op: k for op, k in counts.items() if k}
 
@@ -117,7 +153,7 @@ def executed_collectives(compiled, mesh, axis: str = "model") -> dict:
     if mesh.axis_names[-1] != axis:
         raise ValueError(f"axis {axis!r} is not the last of mesh axes "
                          f"{mesh.axis_names} (mesh shape {dict(mesh.shape)})")
-    k, hlo, counts = mesh.shape[axis], compiled.as_text(), {}
+    k, hlo, counts = mesh.shape[axis], issued_hlo(compiled), {}
     shift = {s: {(i, i - i % k + (i + s) % k) for i in range(mesh.size)}
              for s in (1, -1)}
     trips = dict(re.findall(r'body=%([^,\s]+).*?"known_trip_count":\{"n":"(\d+)"', hlo))
@@ -145,7 +181,7 @@ def collective_ops(compiled) -> list:
     """(kind, operand count, JAX op name) of every collective in the compiled program
     (an asynchronous start/done pair once)."""
     found = []
-    for line in compiled.as_text().splitlines():
+    for line in issued_hlo(compiled).splitlines():
         kinds = "|".join(COLLECTIVES)
         if match := re.search(rf" ({kinds})(?:-start)?\((.*?)\)(.*)$", line):
             kind, operands, rest = match.groups()
@@ -200,7 +236,7 @@ def collective_elements(compiled, kind) -> int:
     """Elements in the results of every `kind` collective: what each device ends up
     holding after them, over the whole program."""
     total = 0
-    for line in compiled.as_text().splitlines():
+    for line in issued_hlo(compiled).splitlines():
         if match := re.search(rf"= (.*?) {kind}(?:-start)?\(", line):
             total += sum(count for _, count in hlo_arrays(match[1]))
     return total
@@ -208,9 +244,11 @@ def collective_elements(compiled, kind) -> int:
 
 def hlo_results(compiled, op, origin) -> list:
     """The result types (without layout) of every `op` in the compiled program whose
-    JAX op name ends in /`origin`."""
+    JAX op name ends in /`origin`: a collective as issued (see issued_hlo), any other
+    op wherever it sits, in fusion bodies too."""
     pattern = rf'= (\w+\[[\d,]*\])\S* {op}\(.*op_name="[^"]*/{re.escape(origin)}"'
-    return re.findall(pattern, compiled.as_text())
+    text = issued_hlo(compiled) if op in COLLECTIVES else compiled.as_text()
+    return re.findall(pattern, text)
 
 
 def group_size(attributes: str) -> int:
@@ -236,7 +274,7 @@ def collective_bytes(compiled, kind) -> float:
         raise ValueError(f"kind = {kind!r}: only all-gather and all-reduce are read")
     element_bytes = {"f32": 4, "bf16": 2, "s32": 4, "pred": 1}
     total = 0.0
-    for line in compiled.as_text().splitlines():
+    for line in issued_hlo(compiled).splitlines():
         if match := re.search(rf"= (.*?) {kind}\((.*)$", line):
             k = group_size(match[2])
             result = sum(element_bytes[t] * count for t, count in hlo_arrays(match[1]))
@@ -249,11 +287,12 @@ def collective_bytes(compiled, kind) -> float:
 
 
 def executed(compiled, op: str) -> int:
-    """How many times one run of a compiled program executes `op`: once per appearance
-    in the entry computation, once per trip in a while loop's body (XLA records the
-    trip count of a scan). Raises where `op` sits elsewhere (a nested loop, a
-    conditional's branch), which this count does not cover."""
-    hlo = compiled.as_text()
+    """How many times one run of a compiled program executes the collective `op` (as
+    issued: see issued_hlo): once per appearance in the entry computation, once per
+    trip in a while loop's body (XLA records the trip count of a scan). Raises where
+    `op` sits elsewhere (a nested loop, a conditional's branch), which this count does
+    not cover."""
+    hlo = issued_hlo(compiled)
     trips = {}  # loop body -> trip count (None: unknown)
     for line in hlo.splitlines():
         if " while(" in line:
@@ -405,6 +444,7 @@ class Build:
 
     def __init__(self, target, compiled):
         self.target, self.compiled, self.hlo = target, compiled, compiled.as_text()
+        self.issued = issued_hlo(compiled)  # each collective once, in XLA's usual form
         self.memory = compiled.memory_analysis()
         cost = compiled.cost_analysis()
         self.flops = cost.get("flops") if cost else None
@@ -414,17 +454,17 @@ class Build:
         """Each collective's count (an asynchronous start/done pair once), zeros left
         out; on TPU slices, transfers over DCN: the host sends of XLA's megascale
         runtime, as "dcn send"."""
-        counts = {op: len(re.findall(rf" {op}(?:-start)?\(", self.hlo))
+        counts = {op: len(re.findall(rf" {op}(?:-start)?\(", self.issued))
                   for op in COLLECTIVES}
         counts["dcn send"] = len(re.findall(
-            r"\bsend\(.*is_host_transfer=true.*megascale", self.hlo))
+            r"\bsend\(.*is_host_transfer=true.*megascale", self.issued))
         return {op: k for op, k in counts.items() if k}
 
     @property
     def asynchronous(self) -> bool:
         """Whether the program overlaps collectives with other work: any collective
         in the start/done form."""
-        return bool(re.search(rf"\b(?:{'|'.join(COLLECTIVES)})-start\(", self.hlo))
+        return bool(re.search(rf"\b(?:{'|'.join(COLLECTIVES)})-start\(", self.issued))
 
 
 def compile_for(target: str, fn, *args, axes=None, compiler_options=None,

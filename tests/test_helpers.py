@@ -193,10 +193,10 @@ except ValueError as err:
 # --- chapter 05 ---
 class FakeCompiled:
     """Only what the HLO readers read: as_text(). The lines are a CPU compilation's,
-    cut short."""
+    cut short, in its entry computation."""
 
     def __init__(self, *lines):
-        self.text = "\n".join(lines)
+        self.text = "ENTRY %main (p: f32[]) -> f32[] {\n" + "\n".join(lines) + "\n}\n"
 
     def as_text(self):
         return self.text
@@ -579,12 +579,56 @@ def test_gpu_timeline_of_an_fsdp_gradient_is_consistent():
 
 
 def test_ragged_all_to_all_is_not_counted_as_an_all_to_all():
-    class Compiled:
-        def as_text(self):
-            return (
-                "  %r = f32[8]{0} ragged-all-to-all(%x, %y, %o), replica_groups={}\n"
-                "  %a = f32[8]{0} all-to-all(%x), replica_groups={}\n"
-                "  ROOT %s = (f32[8]{0}) all-reduce-start(%a), to_apply=%add\n"
-            )
+    program = FakeCompiled(
+        "  %r = f32[8]{0} ragged-all-to-all(%x, %y, %o), replica_groups={}",
+        "  %a = f32[8]{0} all-to-all(%x), replica_groups={}",
+        "  ROOT %s = (f32[8]{0}) all-reduce-start(%a), to_apply=%add",
+    )
+    assert helpers.count_collectives(program) == {"all-to-all": 1, "all-reduce": 1}
 
-    assert helpers.count_collectives(Compiled()) == {"all-to-all": 1, "all-reduce": 1}
+
+TPU_FSDP_STEP = """
+import re
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import COLLECTIVES, compile_for
+
+mesh = jax.make_mesh((8,), ("x",))
+shard = lambda shape, spec: jax.ShapeDtypeStruct(
+    shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+w_up, w_down = shard((1024, 4096), P("x", None)), shard((4096, 1024), P("x", None))
+x = shard((512, 1024), P("x"))
+
+
+def loss(p, x):
+    h = jax.nn.relu(x @ jax.reshard(p[0], P()))
+    return ((h @ jax.reshard(p[1], P())).astype(jnp.float32) ** 2).mean()
+
+
+def step(p, x):
+    return jax.tree.map(lambda a, g: a - 0.1 * g, p, jax.grad(loss)(p, x))
+
+
+build = compile_for("tpu-v5e-8", step, (w_up, w_down), x)
+kinds = "|".join(COLLECTIVES)
+raw = re.findall(rf" (?:{kinds})(?:-start)?\\(.*?channel_id=(\\d+)", build.hlo)
+issued = re.findall(rf" (?:{kinds})(?:-start)?\\(.*?channel_id=(\\d+)", build.issued)
+print(len(raw), len(set(raw)), len(issued), len(set(issued)))
+print(build.collectives, build.asynchronous)
+print("async-collective-start" in build.hlo, "calls=%all-reduce-scatter" in build.hlo)
+"""
+
+
+def test_issued_hlo_reads_libtpus_own_forms_once_each():
+    """libtpu writes an asynchronous all-gather as a chain of fusions whose every body
+    repeats it, and a reduce-scatter as a fusion calling %all-reduce-scatter: in the
+    raw text an FSDP step's collectives appear more often than it has channels, in
+    issued_hlo once per channel, the chain as an asynchronous all-gather and the
+    fusion as a reduce-scatter."""
+    raw, issued, channels = run_on_simulated_devices(TPU_FSDP_STEP, 8).splitlines()
+    raw_hits, raw_channels, issued_hits, issued_channels = map(int, raw.split())
+    assert channels == "True True"  # libtpu made both of its own forms here
+    assert raw_hits > raw_channels  # the raw text repeats a collective
+    assert issued_hits == issued_channels == raw_channels  # each channel once
+    assert issued == ("{'all-gather': 2, 'all-reduce': 1, 'reduce-scatter': 1} True")
