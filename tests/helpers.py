@@ -57,10 +57,15 @@ def issued_hlo(compiled) -> str:
                             r"calls=%([\w.\-]+)", line)
             body = bodies.get(call[4], "") if call else ""
             op = inner.search(body)
+            # the rewritten line keeps the JAX op name: the body's, else the fusion's
+            named = re.search(r", metadata=\{[^}]*\}", line)
+            rest = op[3] if op else ""
+            if named and "metadata=" not in rest:
+                rest += named[0]
             if op and call[4].startswith("all-reduce-scatter"):
-                line = f"{call[1]}{call[2]} reduce-scatter({call[3]}){op[3]}\n"
+                line = f"{call[1]}{call[2]} reduce-scatter({call[3]}){rest}\n"
             elif op and 'custom_call_target="AsyncCollectiveStart"' in body:
-                line = f"{call[1]}{op[1]} {op[2]}-start({call[3]}){op[3]}\n"
+                line = f"{call[1]}{op[1]} {op[2]}-start({call[3]}){rest}\n"
             lines.append(line)
         kept.append(header + "".join(lines))
     return "\n".join(kept)

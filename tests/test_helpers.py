@@ -617,6 +617,9 @@ issued = re.findall(rf" (?:{kinds})(?:-start)?\\(.*?channel_id=(\\d+)", build.is
 print(len(raw), len(set(raw)), len(issued), len(set(issued)))
 print(build.collectives, build.asynchronous)
 print("async-collective-start" in build.hlo, "calls=%all-reduce-scatter" in build.hlo)
+named = ["op_name=" in line for line in build.issued.splitlines()
+         if re.search(rf" (?:{kinds})(?:-start)?\\(", line)]
+print(len(named), all(named))
 """
 
 
@@ -625,10 +628,13 @@ def test_issued_hlo_reads_libtpus_own_forms_once_each():
     repeats it, and a reduce-scatter as a fusion calling %all-reduce-scatter: in the
     raw text an FSDP step's collectives appear more often than it has channels, in
     issued_hlo once per channel, the chain as an asynchronous all-gather and the
-    fusion as a reduce-scatter."""
-    raw, issued, channels = run_on_simulated_devices(TPU_FSDP_STEP, 8).splitlines()
+    fusion as a reduce-scatter, each with its JAX op name."""
+    raw, issued, channels, named = run_on_simulated_devices(
+        TPU_FSDP_STEP, 8
+    ).splitlines()
     raw_hits, raw_channels, issued_hits, issued_channels = map(int, raw.split())
     assert channels == "True True"  # libtpu made both of its own forms here
     assert raw_hits > raw_channels  # the raw text repeats a collective
     assert issued_hits == issued_channels == raw_channels  # each channel once
     assert issued == ("{'all-gather': 2, 'all-reduce': 1, 'reduce-scatter': 1} True")
+    assert named == "4 True"  # each keeps its JAX op name, the rewritten ones included
