@@ -567,19 +567,22 @@ def parse_textproto(text: str) -> dict:
 
 
 class Timeline:
-    """XLA:GPU's schedule of a compiled program's entry computation, in microseconds of
-    its speed-of-light model: rows (name, kind, start, end), kind "compute" for a kernel
-    (fusion, library call) and the collective's name for an asynchronous collective,
-    from its start to its done."""
+    """XLA:GPU's schedule of a compiled program's entry computation (its loops
+    unrolled), in microseconds of its speed-of-light model: rows (name, kind, start,
+    end), kind "compute" for a kernel (fusion, library call), the collective's name for
+    an asynchronous collective from its start to its done, and the op's name for other
+    asynchronous work (XLA's estimator gives an async fusion a default 5000)."""
 
     def __init__(self, rows):
         self.rows = rows
         self.total = max((end for *_, end in rows), default=0.0)
 
     def busy(self, compute: bool) -> list:
-        """The merged intervals in which compute (or communication) runs."""
+        """The merged intervals in which compute (or communication: a collective) runs;
+        other asynchronous work (an async fusion) is neither."""
+        wanted = ("compute",) if compute else COLLECTIVES
         spans = sorted((s, e) for _, kind, s, e in self.rows
-                       if (kind == "compute") == compute and e > s)
+                       if kind in wanted and e > s)
         merged = []
         for start, end in spans:
             if merged and start <= merged[-1][1]:
@@ -605,7 +608,10 @@ class Timeline:
 def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
     """Compile for an H100 target (compile_for's arguments) with XLA's speed-of-light
     latency estimator and read the latency-hiding scheduler's timeline of the entry
-    computation from its dump. A model of the hardware, not a measurement."""
+    computation from its dump, each while loop in it replaced by its body's timeline
+    repeated its known trip count. A model of the hardware, not a measurement. Raises
+    where XLA scheduled no entry computation (it may schedule only the loops' bodies
+    of a program that starts no collective outside them)."""
     import glob
     import shutil
     import tempfile
@@ -621,22 +627,47 @@ def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
     finally:
         shutil.rmtree(dump, ignore_errors=True)
     module = proto["hlo_module"][0]
-    ops = {i["id"][0]: (i["name"][0], i["opcode"][0])
-           for c in module["computations"] for i in c["instructions"]}
-    (entry,) = [s for s in proto["computation_schedules"]
-                if s["computation_id"] == module["entry_computation_id"]]
-    rows, started = [], {}
-    for ins in entry["instructions"]:
-        name, opcode = ops[ins["id"][0]]
-        start = float(ins.get("start_timestamp_cycles", ["0"])[0])
-        end = float(ins.get("end_timestamp_cycles", ["0"])[0])
-        if opcode.endswith("-start") or opcode == "async-start":
-            started[name.replace("-start", "")] = start
-        elif opcode.endswith("-done") or opcode == "async-done":
-            base = name.replace("-done", "")
-            rows.append((base, re.sub(r"\.\d+$", "", base), started.pop(base), end))
-        elif end > start and opcode in ("fusion", "custom-call", "while", "call"):
-            rows.append((name, "compute", start, end))
-    if started:
-        raise ValueError(f"collectives started and never done: {sorted(started)}")
+    ops = {i["id"][0]: i for c in module["computations"] for i in c["instructions"]}
+    names = {c["id"][0]: c["name"][0] for c in module["computations"]}
+    schedules = {s["computation_id"][0]: s["instructions"]
+                 for s in proto["computation_schedules"]}
+    entry = module["entry_computation_id"][0]
+    if entry not in schedules:
+        raise ValueError("XLA scheduled no entry computation for this program, only "
+                         f"{sorted(names[c] for c in schedules)}: no step to read")
+
+    def rows_of(computation, offset):
+        """Its rows shifted by `offset`, loops unrolled, and where it ends."""
+        rows, started, shift, last = [], {}, 0.0, offset
+        for ins in schedules[computation]:
+            op = ops[ins["id"][0]]
+            name, opcode = op["name"][0], op["opcode"][0]
+            start = float(ins.get("start_timestamp_cycles", ["0"])[0]) + offset + shift
+            end = float(ins.get("end_timestamp_cycles", ["0"])[0]) + offset + shift
+            if opcode == "while":
+                trips = re.search(r'known_trip_count\\?":\{\\?"n\\?":\\?"(\d+)',
+                                  op.get("backend_config", [""])[0])
+                body = op["called_computation_ids"][0]
+                if trips is None or body not in schedules:
+                    raise ValueError(f"{name}: no known trip count or no schedule of "
+                                     f"its body {names[body]}")
+                at = start
+                for _ in range(int(trips[1])):
+                    inner, at = rows_of(body, at)
+                    rows += inner
+                shift += at - end                         # the loop's time, inserted
+                end = at
+            elif opcode.endswith("-start") or opcode == "async-start":
+                started[name.replace("-start", "")] = start
+            elif opcode.endswith("-done") or opcode == "async-done":
+                base = name.replace("-done", "")
+                rows.append((base, re.sub(r"\.\d+$", "", base), started.pop(base), end))
+            elif end > start and opcode in ("fusion", "custom-call", "call"):
+                rows.append((name, "compute", start, end))
+            last = max(last, end)
+        if started:
+            raise ValueError(f"collectives started and never done: {sorted(started)}")
+        return rows, last
+
+    rows, _ = rows_of(entry, 0.0)
     return Timeline(rows)

@@ -638,3 +638,47 @@ def test_issued_hlo_reads_libtpus_own_forms_once_each():
     assert issued_hits == issued_channels == raw_channels  # each channel once
     assert issued == ("{'all-gather': 2, 'all-reduce': 1, 'reduce-scatter': 1} True")
     assert named == "4 True"  # each keeps its JAX op name, the rewritten ones included
+
+
+TIMELINE_OF_A_LOOP = """
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import gpu_timeline
+
+mesh = jax.make_mesh((8,), ("x",))
+sd = lambda shape, spec: jax.ShapeDtypeStruct(
+    shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+x, w0 = sd((1024, 1024), P("x", None)), sd((1024, 1024), P("x", None))
+
+
+def loss(w0, w, x):
+    if w0 is not None:                     # a gather outside the loop, in the entry
+        x = jnp.tanh(x @ jax.reshard(w0, P()))
+    layer = lambda h, wl: (jnp.tanh(h @ jax.reshard(wl, P())), None)
+    return jax.lax.scan(layer, x, w)[0].astype(jnp.float32).sum()
+
+
+for layers in (2, 3):
+    w = sd((layers, 1024, 1024), P(None, "x", None))
+    t = gpu_timeline(jax.grad(loss, argnums=(0, 1)), w0, w, x)
+    kinds = [kind for _, kind, *_ in t.rows]
+    ends = sorted(end for *_, end in t.rows)
+    print(layers, kinds.count("all-gather"), kinds.count("reduce-scatter"),
+          t.total == ends[-1], 0 < t.compute <= t.total)
+try:
+    gpu_timeline(jax.grad(lambda w, x: loss(None, w, x)), w, x)
+except ValueError as err:
+    print(str(err).split(",")[0])
+"""
+
+
+def test_gpu_timeline_unrolls_loops_and_refuses_a_missing_entry():
+    """A scanned FSDP stack's gradient: each trip of the loops appears in the timeline
+    (one weight gather and one gradient reduce-scatter per layer, plus the entry's own
+    pair); a program whose work all sits in loops has no scheduled entry to read, and
+    says so."""
+    out = run_on_simulated_devices(TIMELINE_OF_A_LOOP, 8).splitlines()
+    assert out[0] == "2 3 3 True True"
+    assert out[1] == "3 4 4 True True"
+    assert out[2].startswith("XLA scheduled no entry computation for this program")

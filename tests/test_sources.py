@@ -184,7 +184,8 @@ def test_shared_helpers_are_the_canonical_ones(name):
         if helper in canonical:
             assert text == canonical[helper], (
                 f"{name}: `{helper}` differs from its one definition in "
-                "tests/helpers.py; copy that one (.venv/bin/python tests/sync_helpers.py)"
+                "tests/helpers.py; copy that one: .venv/bin/python "
+                "tests/sync_helpers.py"
             )
 
 
