@@ -33,40 +33,68 @@ COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute
 def issued_hlo(compiled) -> str:
     """A compiled program's HLO text with each collective it issues written once, as
     `kind(` or, asynchronous, `kind-start(`, whichever compiler made it: the book's
-    readers of collectives read this. libtpu's own forms are rewritten: an asynchronous
-    collective is a chain of fusions (the first starts it, custom-call
+    readers of collectives read this. Compilers' own forms are rewritten. libtpu: an
+    asynchronous collective is a chain of fusions (the first starts it, custom-call
     AsyncCollectiveStart; the last ends it), each body repeating the collective, and
     becomes one `kind-start`; a reduce-scatter is a fusion calling %all-reduce-scatter
     (an all-reduce of which each device keeps its slice) and becomes a
-    `reduce-scatter`. Fusion bodies are left out: the instruction that calls one
-    stands for it."""
+    `reduce-scatter`. XLA:GPU: a collective in an asynchronous fusion (`fusion-start`)
+    becomes a `kind-start`. Any other fusion whose body holds a collective issues it
+    once, synchronously. Fusion bodies are left out: the instruction that calls one
+    stands for it. A `kind-start` line's type is its result alone (XLA writes an
+    asynchronous start's type as operands, result and context), as a `-done`'s is."""
     hlo = compiled.as_text()
-    computations = re.findall(r"^((?:ENTRY )?%(\S+) [^\n]*\{\n)(.*?^\}\n)", hlo,
+    computations = re.findall(r"^((?:ENTRY )?%(\S+) [^\n]*\{\n)(.*?^\}[^\n]*\n)", hlo,
                               re.M | re.S)
     bodies = {name: text for _, name, text in computations}
-    fused = set(re.findall(r" fusion\(.*?calls=%([\w.\-]+)", hlo))
-    inner = re.compile(rf"^\s*(?:ROOT )?%\S+ = (.*?) ({'|'.join(COLLECTIVES)})\("
+    fused = set(re.findall(r" fusion(?:-start)?\(.*?calls=%([\w.\-]+)", hlo))
+    kinds = "|".join(COLLECTIVES)
+    inner = re.compile(rf"^\s*(?:ROOT )?%\S+ = (.*?) ({kinds})(?:-start)?\("
                        r"[^)]*\)(.*)$", re.M)
+
+    def result_alone(line):      # (operands, result, context...) -> result
+        start = re.match(rf"(\s*(?:ROOT )?%\S+ = )\((.*?)\) ((?!all-reduce)(?:{kinds})"
+                         r"-start\(.*)$", line, re.S)
+        if not start:              # not a start, or an all-reduce's: its result
+            return line
+        parts, depth = [""], 0
+        for char in re.sub(r"/\*index=\d+\*/", "", start[2]):
+            depth += (char in "([{") - (char in ")]}")
+            if char == "," and depth == 0:
+                parts.append("")
+            else:
+                parts[-1] += char
+        return f"{start[1]}{parts[1].strip()} {start[3]}"
+    channel = lambda text: re.search(r"channel_id=(\d+)", text or "")
+    started = {channel(op[0])[1] for text in bodies.values()   # libtpu's chains
+               if 'custom_call_target="AsyncCollectiveStart"' in text
+               and (op := inner.search(text)) and channel(op[0])}
     kept = []
     for header, name, text in computations:
         if name in fused:
             continue
         lines = []
         for line in text.splitlines(keepends=True):
-            call = re.match(r"(\s*(?:ROOT )?%\S+ = )(.*?) fusion\(([^)]*)\).*?"
+            call = re.match(r"(\s*(?:ROOT )?%\S+ = )(.*?) fusion(-start)?\(([^)]*)\).*?"
                             r"calls=%([\w.\-]+)", line)
-            body = bodies.get(call[4], "") if call else ""
+            body = bodies.get(call[5], "") if call else ""
             op = inner.search(body)
             # the rewritten line keeps the JAX op name: the body's, else the fusion's
             named = re.search(r", metadata=\{[^}]*\}", line)
             rest = op[3] if op else ""
             if named and "metadata=" not in rest:
                 rest += named[0]
-            if op and call[4].startswith("all-reduce-scatter"):
-                line = f"{call[1]}{call[2]} reduce-scatter({call[3]}){rest}\n"
-            elif op and 'custom_call_target="AsyncCollectiveStart"' in body:
-                line = f"{call[1]}{op[1]} {op[2]}-start({call[3]}){rest}\n"
-            lines.append(line)
+            if not call:
+                line = result_alone(line)
+            elif not op:
+                pass
+            elif call[5].startswith("all-reduce-scatter"):
+                line = f"{call[1]}{call[2]} reduce-scatter({call[4]}){rest}\n"
+            elif call[3] or 'custom_call_target="AsyncCollectiveStart"' in body:
+                line = f"{call[1]}{op[1]} {op[2]}-start({call[4]}){rest}\n"
+            elif not (channel(op[0]) and channel(op[0])[1] in started):
+                line = f"{call[1]}{op[1]} {op[2]}({call[4]}){rest}\n"
+            lines.append(line)                # else: a chain's later link: nothing new
         kept.append(header + "".join(lines))
     return "\n".join(kept)
 
@@ -293,24 +321,45 @@ def collective_bytes(compiled, kind) -> float:
 
 def executed(compiled, op: str) -> int:
     """How many times one run of a compiled program executes the collective `op` (as
-    issued: see issued_hlo): once per appearance in the entry computation, once per
-    trip in a while loop's body (XLA records the trip count of a scan). Raises where
-    `op` sits elsewhere (a nested loop, a conditional's branch), which this count does
-    not cover."""
+    issued: see issued_hlo): each computation's count times the runs of it that one
+    run makes, from the entry down: a while loop's body once per trip (XLA records the
+    trip count of a scan), loops nested in loops multiplied, a computation called from
+    another (call, async wrapper) once per call. Raises where `op` sits where this
+    count does not reach: a loop whose trips XLA did not record, a conditional's
+    branch, a computation nothing calls."""
     hlo = issued_hlo(compiled)
-    trips = {}  # loop body -> trip count (None: unknown)
-    for line in hlo.splitlines():
-        if " while(" in line:
-            count = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
-            body = re.search(r"body=%([\w.\-]+)", line).group(1)
-            trips[body] = int(count.group(1)) if count else None
+    computations = {name: (entry, text) for entry, name, text in re.findall(
+        r"^(ENTRY )?%(\S+) .*?\{\n(.*?)^\}", hlo, re.M | re.S)}
+    runs, uncounted = dict.fromkeys(computations, 0), set()
+
+    def visit(name, times, counted):  # every path from the entry: runs add up
+        runs[name] += times
+        if not counted:
+            uncounted.add(name)
+        for line in computations[name][1].splitlines():
+            if (loop := re.search(r" while\(.*body=%([\w.\-]+)", line)):
+                trips = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
+                callees = [(loop[1], int(trips[1]) if trips else 0, bool(trips))]
+            else:
+                branch = re.search(r"(?:branch_computations|true_computation)=", line)
+                callees = [(c, 1, not branch) for c in re.findall(
+                    r"(?:calls|to_apply|_computations?)=\{?%([\w.\-]+)", line)]
+                callees += [(c, 1, False) for c in re.findall(r", %([\w.\-]+)", line)
+                            if branch and c in computations]
+            for callee, n, known in callees:
+                if callee in computations:
+                    visit(callee, times * n, counted and known)
+
+    for name, (entry, _) in computations.items():
+        if entry:
+            visit(name, 1, True)
     total = 0
-    for entry, name, text in re.findall(
-            r"^(ENTRY )?%(\S+) .*?\{\n(.*?)^\}", hlo, re.M | re.S):
+    for name, (_, text) in computations.items():
         k = len(re.findall(rf" {op}(?:-start)?\(", text))
-        if k and not entry and trips.get(name) is None:
-            raise ValueError(f"{op} in {name}, neither the entry nor a counted loop")
-        total += k * (1 if entry else trips.get(name) or 0)
+        if k and (name in uncounted or not runs[name]):
+            raise ValueError(f"{op} in {name}, which this count does not reach (a "
+                             "loop of unknown trips, a conditional's branch, uncalled)")
+        total += k * runs[name]
     return total
 
 

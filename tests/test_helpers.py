@@ -266,7 +266,8 @@ def test_hlo_sizes_elements_and_results():
     ]
     program = FakeCompiled(COMBINED, GATHER, SUM, SLICE, ASYNC)
     assert helpers.collective_elements(program, "all-reduce") == 1 + 64 + 12288 + 32768
-    assert helpers.collective_elements(program, "all-gather") == 12288 + 8 + 32
+    # the start of an asynchronous gather: its result f32[32], not its operand f32[8]
+    assert helpers.collective_elements(program, "all-gather") == 12288 + 32
     assert helpers.collective_elements(program, "reduce-scatter") == 0
     assert helpers.hlo_results(program, "dynamic-slice", "reshard") == ["f32[4,64]"]
     assert helpers.hlo_results(
@@ -316,7 +317,9 @@ print([(kind, "psum" in name) for kind, name in array_origins(c)],
 
 def test_executed_counts_scan_trips_and_refuses_a_branch():
     """On 4 simulated devices: a ppermute in a 3-step scan runs 3 times, a psum outside
-    once; one inside a conditional's branch is refused with a ValueError."""
+    once; in a scan of 2 whose body scans 3, the inner ppermute runs 6 times and the
+    outer psum 2 (and one after, 3); a psum inside a conditional's branch is refused
+    with a ValueError."""
     code = """
 import jax, jax.numpy as jnp
 from jax import P
@@ -331,7 +334,14 @@ def scanned(x):
 def branched(x, flag):  # flag: the same on every device, so a real conditional
     return jax.lax.cond(flag > 0, lambda y: jax.lax.psum(y, "data"),
                         lambda y: jax.lax.psum(2 * y, "data"), x)
-for f, op in ((scanned, "collective-permute"), (scanned, "all-reduce")):
+def nested(x):  # 2 outer trips, each an inner scan of 3 permutes and a psum
+    def outer(y, _):
+        y, _ = jax.lax.scan(lambda z, _: (jax.lax.ppermute(z, "data", ring), None),
+                            y, None, length=3)
+        return y + jax.lax.psum(y, "data"), None
+    return jax.lax.psum(jax.lax.scan(outer, x, None, length=2)[0], "data")
+for f, op in ((scanned, "collective-permute"), (scanned, "all-reduce"),
+              (nested, "collective-permute"), (nested, "all-reduce")):
     g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("data"), out_specs=P()))
     print(executed(g.lower(x).compile(), op))
 g = jax.jit(jax.shard_map(branched, mesh=mesh, in_specs=(P("data"), P()),
@@ -342,7 +352,7 @@ except ValueError as err:
     print("ValueError")
 """
     stdout = run_on_simulated_devices(code, 4)
-    assert stdout.splitlines() == ["3", "1", "ValueError"]
+    assert stdout.splitlines() == ["3", "1", "6", "3", "ValueError"]
 
 
 # --- chapter 01 ---
@@ -518,7 +528,7 @@ print({t: dict(b.compiled.output_shardings.mesh.shape) for t, b in builds.items(
     # one data row on 4 CPU devices: no reduction over data is needed there
     assert out[0] == "cpu         no collective"
     assert out[1] == "tpu-v5p-64  all-reduce 1"
-    assert out[2] == "h100-8      all-reduce 1"
+    assert out[2] == "h100-8      all-reduce 1 (asynchronous)"  # a fusion-start
     assert out[3] == (
         "{'cpu': {'data': 1, 'model': 4}, 'tpu-v5p-64': {'data': 16, 'model': 4}, "
         "'h100-8': {'data': 2, 'model': 4}}"
@@ -682,3 +692,80 @@ def test_gpu_timeline_unrolls_loops_and_refuses_a_missing_entry():
     assert out[0] == "2 3 3 True True"
     assert out[1] == "3 4 4 True True"
     assert out[2].startswith("XLA scheduled no entry computation for this program")
+
+
+GPU_ASYNC_FUSION = """
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import compile_for
+
+mesh = jax.make_mesh((8,), ("x",))
+w = jax.ShapeDtypeStruct((512, 512), jnp.float32, sharding=NamedSharding(mesh, P()))
+x = jax.ShapeDtypeStruct((4, 64, 512), jnp.float32,
+                         sharding=NamedSharding(mesh, P(None, "x")))
+
+
+def step(w, x):                        # gradient accumulation, the mean taken per step
+    def body(acc, xb):
+        g = jax.grad(lambda w: jnp.sum(jnp.tanh(xb @ w) ** 2))(w)
+        return acc + g / 4, None
+    return w - 0.1 * jax.lax.scan(body, jnp.zeros_like(w), x)[0]
+
+
+build = compile_for("h100-8", step, w, x)
+print("fusion-start(" in build.hlo and "calls=%fused_all-reduce" in build.hlo)
+print(build.collectives, build.asynchronous)
+"""
+
+
+def test_issued_hlo_reads_xla_gpus_asynchronous_fusion():
+    """XLA:GPU issues the accumulation loop's all-reduce as an asynchronous fusion
+    (fusion-start calling a computation that holds the all-reduce): one all-reduce,
+    asynchronous."""
+    form, counted = run_on_simulated_devices(GPU_ASYNC_FUSION, 8).splitlines()
+    assert form == "True"
+    assert counted == "{'all-reduce': 1} True"
+
+
+START_RESULTS = """
+import re, jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import compile_for, collective_elements
+
+mesh = jax.make_mesh((8,), ("x",))
+
+
+def f(a):
+    def blk(a):
+        g = jax.lax.all_gather(a, "x", tiled=True)
+        s = jax.lax.psum_scatter(g * g, "x", tiled=True)
+        p = jax.lax.ppermute(a, "x", [(i, (i + 1) % 8) for i in range(8)])
+        return s + p
+    return jax.shard_map(blk, mesh=jax.sharding.get_abstract_mesh(), in_specs=P("x"),
+                         out_specs=P("x"))(a)
+
+
+a = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+for target in ("h100-8", "tpu-v5e-8"):
+    build = compile_for(target, f, a)
+    starts = re.findall(r"= (\\(.*?) (\\S+)-start\\(", build.hlo)
+    print(target, sorted(k for k, _ in build.asynchronous.items()) if isinstance(
+        build.asynchronous, dict) else build.asynchronous, sorted(set(
+            kind for _, kind in starts)), collective_elements(build.compiled,
+        "reduce-scatter"), collective_elements(build.compiled, "collective-permute"))
+"""
+
+
+def test_issued_hlo_writes_a_starts_result_alone():
+    """XLA writes an asynchronous start's type as (operands, result, context), such as
+    XLA:GPU's reduce-scatter-start ((f32[64,256]), f32[8,256]) or libtpu's
+    collective-permute-start (f32[8,256], f32[8,256], u32[], u32[]) (both compilers
+    make the permute asynchronous here). issued_hlo writes the result alone, so
+    what a collective produces is read the same from a start as from a synchronous
+    one: 8 x 256 elements each, not the operands' too."""
+    lines = run_on_simulated_devices(START_RESULTS, 8).splitlines()
+    for line in lines:  # each compiler wrote a start with a tuple type, read right
+        assert "True [" in line and "[]" not in line, line
+        assert line.split()[-2:] == ["2048", "2048"], line
