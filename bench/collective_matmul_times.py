@@ -34,60 +34,65 @@ import jax.numpy as jnp  # noqa: E402
 from jax import P  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-
-def to_right(m):
-    return [(j, (j + 1) % m) for j in range(m)]
-
-
-def to_left(m):
-    return [(j, (j - 1) % m) for j in range(m)]
+# Chapter 4's programs, copied from book/04_collective_matmul.md (tests/test_bench.py
+# checks that each parses to the chapter's code); matmul_rs_blk is the plain form.
+TO_RIGHT = lambda k: [(j, (j + 1) % k) for j in range(k)]  # device j sends to j + 1
+TO_LEFT = lambda k: [(j, (j - 1) % k) for j in range(k)]  # device j sends to j - 1
+from_left = lambda idx, s, k: (idx - s) % k  # chunk at idx after s hops right
+from_right = lambda idx, s, k: (idx + s) % k  # chunk at idx after s hops left
 
 
 def w_rows(w_blk, start, size):
+    """Rows [start, start + size) of W's block: those one chunk of A's columns meets."""
     return jax.lax.dynamic_slice_in_dim(w_blk, start, size, axis=0)
 
 
-def varying_zeros(a_blk, w_blk):
-    acc = jnp.zeros((a_blk.shape[0], w_blk.shape[1]), a_blk.dtype)
-    return jax.lax.pcast(acc, ("data", "model"), to="varying")
-
-
-def matmul_ag_blk(a_blk, w_blk):
+def matmul_ag_blk(a_blk, w_blk):  # f32[B/r, D] @ f32[D, F/k]
     return jax.lax.all_gather(a_blk, "model", axis=1, tiled=True) @ w_blk
 
 
 def matmul_cm_blk(a_blk, w_blk):
-    m, idx = jax.lax.axis_size("model"), jax.lax.axis_index("model")
-    c = a_blk.shape[1]
+    """A @ W, A's column chunks passed round the `model` ring, each multiplied."""
+    # a_blk: f32[B/r, D/k], w_blk: f32[D, F/k]
+    k, idx = jax.lax.axis_size("model"), jax.lax.axis_index("model")
+    c = a_blk.shape[1]  # D/k columns per chunk
 
     def step(s, carry):
-        acc, chunk = carry
-        travelling = jax.lax.ppermute(chunk, "model", to_right(m))
-        return acc + chunk @ w_rows(w_blk, (idx - s) % m * c, c), travelling
+        acc, chunk = carry  # chunk idx - s of A
+        travelling = jax.lax.ppermute(chunk, "model", TO_RIGHT(k))  # send it on...
+        acc = acc + chunk @ w_rows(w_blk, from_left(idx, s, k) * c, c)  # ...multiply
+        return acc, travelling
 
-    acc, chunk = jax.lax.fori_loop(0, m - 1, step, (varying_zeros(a_blk, w_blk), a_blk))
-    return acc + chunk @ w_rows(w_blk, (idx + 1) % m * c, c)
+    acc = jnp.zeros((a_blk.shape[0], w_blk.shape[1]), a_blk.dtype)  # f32[B/r, F/k]
+    acc = jax.lax.pcast(acc, ("data", "model"), to="varying")  # differs per device
+    acc, chunk = jax.lax.fori_loop(0, k - 1, step, (acc, a_blk))
+    return acc + chunk @ w_rows(w_blk, from_left(idx, k - 1, k) * c, c)  # the last
 
 
-def matmul_cm_bidi_blk(a_blk, w_blk):
-    m, idx = jax.lax.axis_size("model"), jax.lax.axis_index("model")
-    c = a_blk.shape[1]
-    h = c // 2
+def matmul_cm_bidi_blk(a_blk, w_blk, keep_apart=True):
+    """Like matmul_cm_blk, but each chunk's first half goes right, its second left."""
+    k, idx = jax.lax.axis_size("model"), jax.lax.axis_index("model")
+    c, half = a_blk.shape[1], a_blk.shape[1] // 2  # a chunk's columns, a half's
 
-    def multiply(s, lo, hi):
-        return lo @ w_rows(w_blk, (idx - s) % m * c, h) + hi @ w_rows(
-            w_blk, (idx + s) % m * c + h, c - h
+    def multiply(s, lo, hi):  # lo: 1st half of chunk idx - s, hi: 2nd of idx + s
+        if keep_apart:  # for the backward: see "Does the backward overlap?"
+            lo, hi = jax.lax.optimization_barrier((lo, hi))
+        return lo @ w_rows(w_blk, from_left(idx, s, k) * c, half) + hi @ w_rows(
+            w_blk, from_right(idx, s, k) * c + half, c - half
         )
 
     def step(s, carry):
         acc, lo, hi = carry
-        next_lo = jax.lax.ppermute(lo, "model", to_right(m))
-        next_hi = jax.lax.ppermute(hi, "model", to_left(m))
-        return acc + multiply(s, lo, hi), next_lo, next_hi
+        next_lo = jax.lax.ppermute(lo, "model", TO_RIGHT(k))  # both halves set off...
+        next_hi = jax.lax.ppermute(hi, "model", TO_LEFT(k))
+        return acc + multiply(s, lo, hi), next_lo, next_hi  # ...while these multiply
 
-    start = (varying_zeros(a_blk, w_blk), a_blk[:, :h], a_blk[:, h:])
-    acc, lo, hi = jax.lax.fori_loop(0, m - 1, step, start)
-    return acc + multiply(m - 1, lo, hi)
+    acc = jnp.zeros((a_blk.shape[0], w_blk.shape[1]), a_blk.dtype)
+    acc = jax.lax.pcast(acc, ("data", "model"), to="varying")
+    acc, lo, hi = jax.lax.fori_loop(
+        0, k - 1, step, (acc, a_blk[:, :half], a_blk[:, half:])
+    )
+    return acc + multiply(k - 1, lo, hi)
 
 
 def matmul_rs_blk(h_blk, w_out_blk):
@@ -96,17 +101,23 @@ def matmul_rs_blk(h_blk, w_out_blk):
     )
 
 
-def matmul_rs_cm_blk(h_blk, w_out_blk):
-    m, idx = jax.lax.axis_size("model"), jax.lax.axis_index("model")
-    c = w_out_blk.shape[1] // m
+def matmul_rs_cm_blk(h_blk, w_out_blk, keep_apart=True):
+    """H @ W_out, scattered over `model`: running sums travel right, gaining a term."""
+    # h_blk: f32[B/r, F/k], w_out_blk: f32[F/k, D] -> f32[B/r, D/k]
+    k, idx = jax.lax.axis_size("model"), jax.lax.axis_index("model")
+    c = w_out_blk.shape[1] // k  # D/k columns per chunk
 
-    def term(j):
-        return h_blk @ jax.lax.dynamic_slice_in_dim(w_out_blk, j % m * c, c, axis=1)
+    def term(j):  # our term of chunk j
+        return h_blk @ jax.lax.dynamic_slice_in_dim(w_out_blk, j * c, c, axis=1)
 
     def step(s, acc):
-        return jax.lax.ppermute(acc, "model", to_right(m)) + term(idx - 1 - s)
+        t = term(from_left(idx - 1, s, k))  # our term of the chunk...
+        if keep_apart:  # (not fused with the add)
+            t = jax.lax.optimization_barrier(t)
+        arrived = jax.lax.ppermute(acc, "model", TO_RIGHT(k))  # ...that arrives now
+        return arrived + t
 
-    return jax.lax.fori_loop(1, m, step, term(idx - 1))
+    return jax.lax.fori_loop(1, k, step, term(from_left(idx - 1, 0, k)))  # ends: idx
 
 
 def median_us(fn, *args, runs=7) -> float:
@@ -126,13 +137,13 @@ def main():
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     on_cpu = jax.default_backend() == "cpu"
-    n, m = jax.device_count(), args.model
-    if n % m:
-        raise SystemExit(f"{n} devices do not split into rings of {m}")
+    n, k = jax.device_count(), args.model
+    if n % k:
+        raise SystemExit(f"{n} devices do not split into rings of {k}")
     B, D, F = args.shape or ((256, 512, 1024) if on_cpu else (8192, 8192, 32768))
     dtype = jnp.float32 if on_cpu else jnp.bfloat16
-    mesh = jax.make_mesh((n // m, m), ("data", "model"))
-    r, e = n // m, jnp.dtype(dtype).itemsize
+    mesh = jax.make_mesh((n // k, k), ("data", "model"))
+    r, e = n // k, jnp.dtype(dtype).itemsize
     key = jax.random.split(jax.random.key(0), 4)
 
     def random_on(k, shape, spec):
@@ -157,10 +168,10 @@ def main():
     kind = f"{n} x {devices[0].device_kind}"
     if on_cpu:
         kind = f"{n} simulated CPU devices sharing {os.cpu_count()} cores"
-    flops = 2 * (B // r) * D * (F // m)
-    sent = (m - 1) * (B // r) * (D // m) * e
+    flops = 2 * (B // r) * D * (F // k)
+    sent = (k - 1) * (B // r) * (D // k) * e
     print(f"# {kind}, JAX {jax.__version__}")
-    print(f"# A[{B}, {D}] @ W[{D}, {F}] in {jnp.dtype(dtype).name}, mesh {r} x {m}")
+    print(f"# A[{B}, {D}] @ W[{D}, {F}] in {jnp.dtype(dtype).name}, mesh {r} x {k}")
     print(f"# per device: {flops:.3g} FLOPs; {sent:.3g} bytes sent by either form")
     for name, body, specs, operands in programs:
         f = jax.jit(

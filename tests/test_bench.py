@@ -50,3 +50,44 @@ def test_collective_matmul_times_runs_on_cpu():
     rows = [r for r in out.stdout.splitlines() if not r.startswith("#")]
     assert len(rows) == 5, rows
     assert all(re.match(r"^[\w ,-]+: \d+(\.\d+)? us$", r) for r in rows), rows
+
+
+def test_collective_matmul_times_copies_chapter_4s_programs():
+    """The timed programs are chapter 4's: each definition the script shares with the
+    chapter parses to the same code (formatting and comments aside)."""
+    import ast
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    def definitions(source):
+        found = {}
+        for node in ast.parse(TransformerManager().transform_cell(source)).body:
+            if isinstance(node, ast.FunctionDef):
+                found[node.name] = ast.dump(node)
+            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                found[node.targets[0].id] = ast.dump(node.value)
+        return found
+
+    chapter = (ROOT / "book" / "04_collective_matmul.md").read_text()
+    cells = re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", chapter, re.M | re.S)
+    book = {}
+    for cell in cells:  # a cell's options (`:tags:` lines, a --- block) left out
+        cell = re.sub(
+            r"\A(?:---\n.*?^---\n|(?::\w+:[^\n]*\n)+)", "", cell, flags=re.M | re.S
+        )
+        book.update(definitions(cell))
+    script = definitions((ROOT / "bench" / "collective_matmul_times.py").read_text())
+    shared = {
+        "TO_RIGHT",
+        "TO_LEFT",
+        "from_left",
+        "from_right",
+        "w_rows",
+        "matmul_ag_blk",
+        "matmul_cm_blk",
+        "matmul_cm_bidi_blk",
+        "matmul_rs_cm_blk",
+    }
+    assert shared <= script.keys() & book.keys()
+    differ = [name for name in sorted(shared) if script[name] != book[name]]
+    assert not differ, f"not chapter 4's code: {differ}"
