@@ -3,6 +3,7 @@ executed."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,20 @@ def test_toc_lists_every_chapter():
     assert files == [f"notebooks/{name}" for name in CHAPTERS], (
         f"_toc.yml chapters {files} should be the notebooks, in order: {CHAPTERS}"
     )
+
+
+def test_intro_map_and_list_name_every_chapter():
+    """The introduction's numbered list and its map of which chapter builds on which
+    have one entry per chapter, and every chapter past the first has an arrow in."""
+    intro = (ROOT / "book" / "intro.md").read_text()
+    numbers = list(range(1, len(CHAPTERS) + 1))
+    listed = [int(k) for k in re.findall(r"^ ?(\d+)\. \*\*", intro, re.M)]
+    graph = re.search(r"digraph chapters \{(.*?)^\}", intro, re.M | re.S)[1]
+    nodes = [int(k) for k in re.findall(r"\bc(\d+) \[label=", graph)]
+    targets = {int(k) for k in re.findall(r"-> ?c(\d+)", graph)}
+    assert listed == numbers, listed
+    assert nodes == numbers, f"the intro's map has nodes {nodes}, not {numbers}"
+    assert targets == set(numbers[1:]), sorted(targets)
 
 
 def test_execution_report_covers_every_chapter():
