@@ -126,116 +126,11 @@ def test_page_loads_no_script_from_another_host(docname):
     assert not remote, f"{docname}: loads scripts from other hosts: {remote}"
 
 
-@pytest.mark.parametrize("docname", PAGES)
-def test_page_loads_without_console_errors(server, browser, docname):
-    errors = load(browser, f"{server}/{docname}.html")
-    browser.save_screenshot(str(SHOTS / f"{docname.replace('/', '_')}.png"))
-    assert not errors, f"{docname}: console errors {[e['message'] for e in errors]}"
-    assert browser.find_element("css selector", "article h1").text.strip(), (
-        f"{docname}: no visible title"
-    )
-
-
-@pytest.mark.parametrize("docname", CHAPTERS)
-def test_chapter_shows_its_outputs(server, browser, docname):
-    from selenium.webdriver.common.by import By
-
-    n_cells, n_images, n_shardings = notebook_outputs(docname)
-    load(browser, f"{server}/{docname}.html")
-    # One output block per code cell that stored outputs (hidden-input cells included).
-    shown = browser.find_elements(By.CSS_SELECTOR, ".cell_output")
-    assert len(shown) == n_cells, (
-        f"{docname}: {len(shown)} output blocks shown, {n_cells} cells have outputs"
-    )
-    assert "simulated CPU devices" in shown[0].text, (
-        f"{docname}: the bootstrap line is not the first output"
-    )
-    rich = [
-        e
-        for e in browser.find_elements(By.CSS_SELECTOR, ".cell_output pre")
-        if "DejaVu Sans Mono" in (e.get_attribute("style") or "")
-    ]
-    assert len(rich) == n_shardings, (
-        f"{docname}: {len(rich)} sharding visualisations shown, {n_shardings} stored"
-    )
-    assert all(e.is_displayed() and "CPU 0" in e.text for e in rich), (
-        f"{docname}: a visualisation is empty"
-    )
-    images = browser.find_elements(By.CSS_SELECTOR, ".cell_output img")
-    loaded = [
-        img
-        for img in images
-        if browser.execute_script(
-            "return arguments[0].complete && arguments[0].naturalWidth > 0", img
-        )
-    ]
-    assert len(loaded) == n_images, (
-        f"{docname}: {len(loaded)} of {n_images} stored images shown"
-    )
-    no_alt = [
-        img.get_attribute("src").rsplit("/", 1)[-1]
-        for img in images
-        if len((img.get_attribute("alt") or "").split()) < 8
-    ]
-    assert not no_alt, f"{docname}: figures without alt text: {no_alt}"
-
-
-@pytest.mark.parametrize("docname", CHAPTERS)
-def test_colab_button_names_an_existing_notebook(server, browser, docname):
-    from selenium.webdriver.common.by import By
-
-    load(browser, f"{server}/{docname}.html")
-    links = {
-        a.get_attribute("href")
-        for a in browser.find_elements(
-            By.CSS_SELECTOR, "a[href*='colab.research.google.com']"
-        )
-    }
-    assert len(links) == 1, f"{docname}: expected one Colab link, found {links}"
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
-    repo = config["url"].removeprefix("https://github.com/")
-    match = re.fullmatch(
-        rf"https://colab\.research\.google\.com/github/{re.escape(repo)}/blob/"
-        rf"{config['branch']}/(.+\.ipynb)",
-        links.pop(),
-    )
-    assert match, (
-        f"{docname}: Colab link does not point at {repo} on branch {config['branch']}"
-    )
-    assert match.group(1) == f"{docname}.ipynb" and (ROOT / match.group(1)).exists()
-
-
-@pytest.mark.parametrize("docname", CHAPTERS)
-def test_kaggle_button_names_the_same_notebook(server, browser, docname):
-    from selenium.webdriver.common.by import By
-
-    load(browser, f"{server}/{docname}.html")
-    links = {
-        a.get_attribute("href")
-        for a in browser.find_elements(By.CSS_SELECTOR, "a[href*='kaggle.com']")
-    }
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
-    assert links == {
-        f"https://kaggle.com/kernels/welcome?src={config['url']}/blob/"
-        f"{config['branch']}/{docname}.ipynb"
-    }, f"{docname}: Kaggle links {links}"
-
-
-def test_search_finds_shard_map(server, browser):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    errors = load(browser, f"{server}/search.html?q=shard_map")
-    results = WebDriverWait(browser, 20).until(
-        lambda b: b.find_elements(By.CSS_SELECTOR, "#search-results ul.search li")
-    )
-    browser.save_screenshot(str(SHOTS / "search.png"))
-    assert not errors, [e["message"] for e in errors]
-    assert any("pmap" in r.text for r in results), [r.text for r in results]
-
-
 # a common laptop screen: no code or output may scroll sideways there
 LAPTOP = (1366, 768)
+# a common phone (CSS pixels): the page may not scroll sideways there (a code block may
+# scroll inside its own box: 88 columns cannot fit a phone)
+PHONE = (390, 844)
 
 
 def sideways(browser) -> list[str]:
@@ -260,21 +155,6 @@ def sideways(browser) -> list[str]:
         return found;""")
 
 
-@pytest.mark.parametrize("docname", PAGES)
-def test_nothing_scrolls_sideways_on_a_laptop_screen(server, browser, docname):
-    browser.set_window_size(*LAPTOP)
-    try:
-        load(browser, f"{server}/{docname}.html")
-        # Unfold every folded cell, so that its code is measured too.
-        browser.execute_script(
-            "document.querySelectorAll('details').forEach(d => d.open = true);"
-        )
-        wide = sideways(browser)
-    finally:
-        browser.set_window_size(1280, 1600)
-    assert not wide, f"{docname} at {LAPTOP[0]}x{LAPTOP[1]}: {wide[:5]}"
-
-
 def math_nodes(docname) -> int:
     """Formulas Sphinx wrote into the page (inline and display)."""
     html = (SITE / f"{docname}.html").read_text()
@@ -290,33 +170,6 @@ def test_some_page_has_formulas():
     )
 
 
-@pytest.mark.parametrize("docname", MATH_PAGES)
-def test_formulas_are_typeset_offline(server, browser, docname):
-    """MathJax (served with the site, see _ext/book_site_fixes.py) typesets every
-    formula."""
-    errors = load(browser, f"{server}/{docname}.html")
-    for _ in range(200):  # MathJax typesets after the page has loaded
-        done = browser.execute_script(
-            "return !!(window.MathJax && MathJax.Hub && MathJax.Hub.queue"
-            " && MathJax.Hub.queue.pending === 0 && MathJax.Hub.queue.running === 0"
-            " && document.querySelectorAll('span.MathJax').length > 0)"
-        )
-        if done:
-            break
-        time.sleep(0.05)
-    typeset = browser.execute_script(
-        "return document.querySelectorAll('span.MathJax').length"
-    )
-    failed = browser.execute_script(
-        "return document.querySelectorAll('.MathJax_Error, .merror').length"
-    )
-    assert not errors, f"{docname}: console errors {[e['message'] for e in errors]}"
-    assert typeset >= math_nodes(docname), (
-        f"{docname}: {typeset} of {math_nodes(docname)} formulas typeset"
-    )
-    assert not failed, f"{docname}: {failed} formulas failed to typeset"
-
-
 def red_error_types(docname) -> list[str]:
     """Exception types that expect_error stored in red in the chapter's notebook."""
     nb = json.loads((ROOT / f"{docname}.ipynb").read_text())
@@ -329,11 +182,59 @@ def red_error_types(docname) -> list[str]:
     return [m for t in texts for m in re.findall(r"\x1b\[31m(\w+)\x1b\[0m: ", t)]
 
 
-@pytest.mark.parametrize("docname", [d for d in CHAPTERS if red_error_types(d)])
-def test_error_types_show_in_red(server, browser, docname):
-    """expect_error prints the exception type in red; myst-nb renders the colour."""
-    load(browser, f"{server}/{docname}.html")
-    shown = browser.execute_script("""
+def look_at(browser, url, docname) -> dict:
+    """What a reader's laptop screen shows of one page, read in one visit: console
+    errors, title, output blocks, sharding visualisations, images, the Colab and
+    Kaggle links, typeset formulas, red error types, and (every folded cell unfolded
+    last) what scrolls sideways."""
+    from selenium.webdriver.common.by import By
+
+    seen = {"errors": load(browser, url)}
+    for _ in range(200 if docname in MATH_PAGES else 0):  # MathJax typesets after load
+        if browser.execute_script(
+            "return !!(window.MathJax && MathJax.Hub && MathJax.Hub.queue"
+            " && MathJax.Hub.queue.pending === 0 && MathJax.Hub.queue.running === 0"
+            " && document.querySelectorAll('span.MathJax').length > 0)"
+        ):
+            break
+        time.sleep(0.05)
+    browser.save_screenshot(str(SHOTS / f"{docname.replace('/', '_')}.png"))
+    titles = browser.find_elements(By.CSS_SELECTOR, "article h1")
+    seen["title"] = titles[0].text.strip() if titles else ""
+    outputs = browser.find_elements(By.CSS_SELECTOR, ".cell_output")
+    seen["outputs"] = len(outputs)
+    seen["first output"] = outputs[0].text if outputs else ""
+    seen["shardings"] = [
+        e.is_displayed() and "CPU 0" in e.text
+        for e in browser.find_elements(By.CSS_SELECTOR, ".cell_output pre")
+        if "DejaVu Sans Mono" in (e.get_attribute("style") or "")
+    ]
+    images = browser.find_elements(By.CSS_SELECTOR, ".cell_output img")
+    seen["images shown"] = sum(
+        browser.execute_script(
+            "return arguments[0].complete && arguments[0].naturalWidth > 0", img
+        )
+        for img in images
+    )
+    seen["no alt"] = [
+        img.get_attribute("src").rsplit("/", 1)[-1]
+        for img in images
+        if len((img.get_attribute("alt") or "").split()) < 8
+    ]
+    seen["links"] = {
+        a.get_attribute("href")
+        for a in browser.find_elements(
+            By.CSS_SELECTOR,
+            "a[href*='colab.research.google.com'], a[href*='kaggle.com']",
+        )
+    }
+    seen["typeset"] = browser.execute_script(
+        "return document.querySelectorAll('span.MathJax').length"
+    )
+    seen["failed formulas"] = browser.execute_script(
+        "return document.querySelectorAll('.MathJax_Error, .merror').length"
+    )
+    seen["red"] = browser.execute_script("""
         const out = [];
         for (const span of document.querySelectorAll('.cell_output span')) {
             const [r, g, b] = getComputedStyle(span).color.match(/\\d+/g).map(Number);
@@ -341,52 +242,162 @@ def test_error_types_show_in_red(server, browser, docname):
                 out.push(span.textContent);
         }
         return out;""")
-    assert shown == red_error_types(docname), (
-        f"{docname}: red on the page {shown}, stored {red_error_types(docname)}"
-    )
-
-
-# a common phone (CSS pixels): the page may not scroll sideways there (a code block may
-# scroll inside its own box: 88 columns cannot fit a phone)
-PHONE = (390, 844)
-
-
-@pytest.mark.parametrize("docname", PAGES)
-def test_no_page_scrolls_sideways_on_a_phone(server, browser, docname):
-    browser.set_window_size(*PHONE)
-    try:
-        load(browser, f"{server}/{docname}.html")
-        width = browser.execute_script(
-            "return [document.documentElement.scrollWidth, window.innerWidth];"
-        )
-        # what sticks out, to say what to fix
-        wide = browser.execute_script("""
-            const w = window.innerWidth, found = [];
-            for (const el of document.querySelectorAll('article *')) {
-                const r = el.getBoundingClientRect();
-                if (r.right > w + 1 && el.offsetParent !== null
-                    && !el.closest('pre, .highlight, .MathJax_Display, '
-                                   + '.pst-scrollable-table-container, .table-wrapper'))
-                    found.push(el.tagName + ': ' + el.textContent.slice(0, 50));
-            }
-            return found.slice(0, 3);""")
-        if docname == CHAPTERS[0]:
-            browser.save_screenshot(str(SHOTS / "phone.png"))
-    finally:
-        browser.set_window_size(1280, 1600)
-    assert width[0] <= width[1] + 1, f"{docname} at {PHONE}: {width} {wide}"
-
-
-def test_one_search_box_on_a_laptop_screen(server, browser):
-    browser.set_window_size(*LAPTOP)
-    try:
-        load(browser, f"{server}/{CHAPTERS[0]}.html")
-        visible = browser.execute_script("""
+    if docname == CHAPTERS[0]:
+        seen["search boxes"] = browser.execute_script("""
             return [...document.querySelectorAll(
                 'input[type=search], .search-button-field, .search-button')]
                 .filter(e => e.offsetParent !== null
                              && e.getBoundingClientRect().width > 0).length;""")
         browser.save_screenshot(str(SHOTS / "laptop.png"))
+    # Unfold every folded cell, so that its code is measured too.
+    browser.execute_script(
+        "document.querySelectorAll('details').forEach(d => d.open = true);"
+    )
+    seen["sideways"] = sideways(browser)
+    return seen
+
+
+def look_on_a_phone(browser, url, docname) -> dict:
+    """The page's width on a phone, and what sticks out (to say what to fix)."""
+    load(browser, url)
+    width = browser.execute_script(
+        "return [document.documentElement.scrollWidth, window.innerWidth];"
+    )
+    wide = browser.execute_script("""
+        const w = window.innerWidth, found = [];
+        for (const el of document.querySelectorAll('article *')) {
+            const r = el.getBoundingClientRect();
+            if (r.right > w + 1 && el.offsetParent !== null
+                && !el.closest('pre, .highlight, .MathJax_Display, '
+                               + '.pst-scrollable-table-container, .table-wrapper'))
+                found.push(el.tagName + ': ' + el.textContent.slice(0, 50));
+        }
+        return found.slice(0, 3);""")
+    if docname == CHAPTERS[0]:
+        browser.save_screenshot(str(SHOTS / "phone.png"))
+    return {"width": width, "wide": wide}
+
+
+@pytest.fixture(scope="module")
+def pages(server, browser) -> dict:
+    """Every page visited twice, once on a laptop screen and once on a phone (not once
+    per check: a chapter page takes seconds to load): docname -> what each showed."""
+    seen = {}
+    try:
+        for size, look in ((LAPTOP, look_at), (PHONE, look_on_a_phone)):
+            browser.set_window_size(*size)
+            for docname in PAGES:
+                url = f"{server}/{docname}.html"
+                seen.setdefault(docname, {}).update(look(browser, url, docname))
     finally:
         browser.set_window_size(1280, 1600)
+    return seen
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_page_loads_without_console_errors(pages, docname):
+    errors = pages[docname]["errors"]
+    assert not errors, f"{docname}: console errors {[e['message'] for e in errors]}"
+    assert pages[docname]["title"], f"{docname}: no visible title"
+
+
+@pytest.mark.parametrize("docname", CHAPTERS)
+def test_chapter_shows_its_outputs(pages, docname):
+    n_cells, n_images, n_shardings = notebook_outputs(docname)
+    seen = pages[docname]
+    # One output block per code cell that stored outputs (hidden-input cells included).
+    assert seen["outputs"] == n_cells, (
+        f"{docname}: {seen['outputs']} output blocks shown, "
+        f"{n_cells} cells have outputs"
+    )
+    assert "simulated CPU devices" in seen["first output"], (
+        f"{docname}: the bootstrap line is not the first output"
+    )
+    assert len(seen["shardings"]) == n_shardings, (
+        f"{docname}: {len(seen['shardings'])} sharding visualisations shown, "
+        f"{n_shardings} stored"
+    )
+    assert all(seen["shardings"]), f"{docname}: a visualisation is empty"
+    assert seen["images shown"] == n_images, (
+        f"{docname}: {seen['images shown']} of {n_images} stored images shown"
+    )
+    assert not seen["no alt"], f"{docname}: figures without alt text: {seen['no alt']}"
+
+
+@pytest.mark.parametrize("docname", CHAPTERS)
+def test_colab_button_names_an_existing_notebook(pages, docname):
+    links = {u for u in pages[docname]["links"] if "colab.research.google.com" in u}
+    assert len(links) == 1, f"{docname}: expected one Colab link, found {links}"
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    repo = config["url"].removeprefix("https://github.com/")
+    match = re.fullmatch(
+        rf"https://colab\.research\.google\.com/github/{re.escape(repo)}/blob/"
+        rf"{config['branch']}/(.+\.ipynb)",
+        links.pop(),
+    )
+    assert match, (
+        f"{docname}: Colab link does not point at {repo} on branch {config['branch']}"
+    )
+    assert match.group(1) == f"{docname}.ipynb" and (ROOT / match.group(1)).exists()
+
+
+@pytest.mark.parametrize("docname", CHAPTERS)
+def test_kaggle_button_names_the_same_notebook(pages, docname):
+    links = {u for u in pages[docname]["links"] if "kaggle.com" in u}
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    assert links == {
+        f"https://kaggle.com/kernels/welcome?src={config['url']}/blob/"
+        f"{config['branch']}/{docname}.ipynb"
+    }, f"{docname}: Kaggle links {links}"
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_nothing_scrolls_sideways_on_a_laptop_screen(pages, docname):
+    wide = pages[docname]["sideways"]
+    assert not wide, f"{docname} at {LAPTOP[0]}x{LAPTOP[1]}: {wide[:5]}"
+
+
+@pytest.mark.parametrize("docname", MATH_PAGES)
+def test_formulas_are_typeset_offline(pages, docname):
+    """MathJax (served with the site, see _ext/book_site_fixes.py) typesets every
+    formula."""
+    seen = pages[docname]
+    assert seen["typeset"] >= math_nodes(docname), (
+        f"{docname}: {seen['typeset']} of {math_nodes(docname)} formulas typeset"
+    )
+    assert not seen["failed formulas"], (
+        f"{docname}: {seen['failed formulas']} formulas failed to typeset"
+    )
+
+
+@pytest.mark.parametrize("docname", [d for d in CHAPTERS if red_error_types(d)])
+def test_error_types_show_in_red(pages, docname):
+    """expect_error prints the exception type in red; myst-nb renders the colour."""
+    shown = pages[docname]["red"]
+    assert shown == red_error_types(docname), (
+        f"{docname}: red on the page {shown}, stored {red_error_types(docname)}"
+    )
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_no_page_scrolls_sideways_on_a_phone(pages, docname):
+    width, wide = pages[docname]["width"], pages[docname]["wide"]
+    assert width[0] <= width[1] + 1, f"{docname} at {PHONE}: {width} {wide}"
+
+
+def test_one_search_box_on_a_laptop_screen(pages):
+    visible = pages[CHAPTERS[0]]["search boxes"]
     assert visible == 1, f"{visible} search boxes or buttons show at {LAPTOP}"
+
+
+def test_search_finds_shard_map(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    errors = load(browser, f"{server}/search.html?q=shard_map")
+    results = WebDriverWait(browser, 20).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "#search-results ul.search li")
+    )
+    browser.save_screenshot(str(SHOTS / "search.png"))
+    assert not errors, [e["message"] for e in errors]
+    assert any("pmap" in r.text for r in results), [r.text for r in results]
