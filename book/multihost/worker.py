@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import P
+from jax._src import cloud_tpu_init
 from jax.experimental import mesh_utils, multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 
@@ -71,11 +72,13 @@ def task_devices():
            local_ids=[d.id for d in jax.local_devices()],
            owners=[d.process_index for d in jax.devices()],
            slices=[d.slice_index for d in jax.devices()],
-           visible=jax.config.values["jax_cuda_visible_devices"])
+           visible=jax.config.values["jax_cuda_visible_devices"],
+           tpu_vm=cloud_tpu_init.running_in_cloud_tpu_vm)   # see run 2
 
 
-# CPU devices all say slice_index 0, so on CPU a process stands in for a group of
-# fast-linked devices; on TPUs and GPUs group by slice_index (the default)
+# our processes share one machine (one boot id), so every CPU device says slice_index
+# 0: on CPU a process stands in for a group of fast-linked devices; on TPUs and GPUs,
+# and CPUs on several machines, group by slice_index (the default)
 BY_PROCESS = jax.devices()[0].platform == "cpu"
 
 
@@ -104,7 +107,8 @@ def rows_x(sharding, n_rows=16):
     """x[i, j] = 3 i + j, built from this process's rows only."""
     rows = rows_of_this_process(sharding, n_rows)
     x_local = (rows[:, None] * 3 + np.arange(3)).astype(np.float32)
-    return jax.make_array_from_process_local_data(sharding, x_local), rows
+    global_x = jax.make_array_from_process_local_data(sharding, x_local, (n_rows, 3))
+    return global_x, rows
 
 
 def task_global_array():
@@ -246,8 +250,8 @@ def train(params, steps, after_step=lambda step, params: None):
     losses, sharding = [], NamedSharding(data_mesh(), P("data"))
     for step in steps:
         rows = rows_of_this_process(sharding, 32)       # this process's rows only
-        x, y = (jax.make_array_from_process_local_data(sharding, a)
-                for a in batch_rows(step, rows))
+        x, y = (jax.make_array_from_process_local_data(sharding, a, (32, a.shape[1]))
+                for a in batch_rows(step, rows))              # the global shape
         params, value = sgd_update(params, x, y)
         losses.append(float(value))
         after_step(step, params)
@@ -436,6 +440,12 @@ def leave():
 def task_mismatch():
     sharding = NamedSharding(data_mesh(), P("data"))
     rows = rows_of_this_process(sharding, 16)
+    # without the global shape, process 1 loads half its rows: each process infers
+    # its own global shape, and both run the same jit to its end
+    half = rows[: len(rows) // (1 + jax.process_index())]
+    x_local = (half[:, None] * 3 + np.arange(3)).astype(np.float32)
+    x = jax.make_array_from_process_local_data(sharding, x_local)     # no shape
+    report("mismatch", inferred=list(x.shape), mean=float(jax.jit(jnp.mean)(x)))
     rows = rows[: len(rows) - jax.process_index()]      # process 1: a row short
     try:
         jax.make_array_from_process_local_data(
