@@ -473,6 +473,20 @@ def task_one_sided():
         watchdog.cancel()
 
 
+def task_timeout():
+    """one_sided again, in a job whose process 1 has XLA:CPU's collective timeout set."""
+    mine = np.array([jax.process_index()])
+    multihost_utils.process_allgather(mine)             # safe: every process calls it
+    if jax.process_index() == 1:                        # the bug: one process only
+        began = time.monotonic()
+        try:
+            multihost_utils.process_allgather(mine)     # waits for absent peers
+            error = None
+        except Exception as err:                        # ended by the timeout
+            error = f"{type(err).__name__}: {err}"
+        report("timeout", waited=time.monotonic() - began, error=error)
+
+
 for task in args["tasks"]:
     globals()[f"task_{task}"]()
 leave()
