@@ -52,10 +52,10 @@ def issued_hlo(compiled) -> str:
     inner = re.compile(rf"^\s*(?:ROOT )?%\S+ = (.*?) ({kinds})(?:-start)?\("
                        r"[^)]*\)(.*)$", re.M)
 
-    def result_alone(line):      # (operands, result, context...) -> result
-        start = re.match(rf"(\s*(?:ROOT )?%\S+ = )\((.*?)\) ((?!all-reduce)(?:{kinds})"
-                         r"-start\(.*)$", line, re.S)
-        if not start:              # not a start, or an all-reduce's: its result
+    def result_alone(line):      # ((operands), result, context...) -> result
+        start = re.match(rf"(\s*(?:ROOT )?%\S+ = )\((.*?)\) ({kinds})(-start\(.*)$",
+                         line, re.S)
+        if not start:
             return line
         parts, depth = [""], 0
         for char in re.sub(r"/\*index=\d+\*/", "", start[2]):
@@ -64,7 +64,9 @@ def issued_hlo(compiled) -> str:
                 parts.append("")
             else:
                 parts[-1] += char
-        return f"{start[1]}{parts[1].strip()} {start[3]}"
+        if start[3] == "all-reduce" and not parts[0].strip().startswith("("):
+            return line            # all-reduce-start's own form: a tuple of results
+        return f"{start[1]}{parts[1].strip()} {start[3]}{start[4]}"
     channel = lambda text: re.search(r"channel_id=(\d+)", text or "")
     started = {channel(op[0])[1] for text in bodies.values()   # libtpu's chains
                if 'custom_call_target="AsyncCollectiveStart"' in text

@@ -6,6 +6,7 @@ After changing a helper, run
 
     .venv/bin/python tests/sync_helpers.py          # rewrite book/*.md
     .venv/bin/python tests/sync_helpers.py --check  # only list what would change
+    .venv/bin/python tests/sync_helpers.py 05_transformer  # only the chapters named
 
 then `make notebooks` for the chapters it names. Every top-level definition in a
 chapter's code cell whose name is a shared helper's is replaced by the canonical text;
@@ -108,9 +109,11 @@ def sync(markdown: str, shared: dict) -> str:
     return CELL.sub(fix_cell, markdown)
 
 
-def main(check: bool) -> int:
+def main(check: bool, only: list) -> int:
     shared, changed = canonical(), []
     for path in sorted((ROOT / "book").glob("[0-9][0-9]_*.md")):
+        if only and path.stem not in only:
+            continue
         old = path.read_text()
         new = sync(old, shared)
         if new != old:
@@ -125,4 +128,5 @@ def main(check: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main("--check" in sys.argv[1:]))
+    args = sys.argv[1:]
+    sys.exit(main("--check" in args, [a for a in args if a != "--check"]))

@@ -769,3 +769,22 @@ def test_issued_hlo_writes_a_starts_result_alone():
     for line in lines:  # each compiler wrote a start with a tuple type, read right
         assert "True [" in line and "[]" not in line, line
         assert line.split()[-2:] == ["2048", "2048"], line
+
+
+def test_issued_hlo_reads_every_start_form_as_its_result():
+    """Each asynchronous start's type, as XLA writes it, becomes its result: the
+    async-wrapper form ((operands), result) of any kind, all-reduce's included; the
+    older all-gather-start (operand, result) and collective-permute-start (operand,
+    result, context...); an all-reduce-start's own form, already its results, stays."""
+    program = FakeCompiled(
+        "  %a = ((f32[289]{0}), f32[289]{0}) all-reduce-start(%x), channel_id=1",
+        "  %b = (f32[2]{0}, f32[3]{0}) all-reduce-start(%x, %y), channel_id=2",
+        "  %c = ((f32[64,256]{1,0}), f32[8,256]{1,0}) reduce-scatter-start(%g)",
+        "  %d = (f32[8]{0}, f32[32]{0}) all-gather-start(%p), dimensions={0}",
+        "  %e = (f32[8,256]{1,0}, f32[8,256]{1,0}, u32[]{:S(2)}, u32[]{:S(2)}) "
+        "collective-permute-start(%q)",
+    )
+    assert helpers.collective_elements(program, "all-reduce") == 289 + 2 + 3
+    assert helpers.collective_elements(program, "reduce-scatter") == 8 * 256
+    assert helpers.collective_elements(program, "all-gather") == 32
+    assert helpers.collective_elements(program, "collective-permute") == 8 * 256
