@@ -155,7 +155,12 @@ def run_label() -> str:
         if BOOK_DEVICES == "real"
         else f"{BOOK_DEVICES or 8} simulated CPU devices"
     )
-    return devices + (", varied CPU code paths" if BOOK_CPU else "")
+    bare = "tests/bare" in os.environ.get("PYTHONPATH", "")  # tests/bare/sitecustomize
+    return (
+        devices
+        + (", varied CPU code paths" if BOOK_CPU else "")
+        + (", TPU and GPU compilers hidden" if bare else "")
+    )
 
 
 def cpu_model() -> str:
