@@ -54,29 +54,22 @@ def test_collective_matmul_times_runs_on_cpu():
 
 def test_collective_matmul_times_copies_chapter_4s_programs():
     """The timed programs are chapter 4's: each definition the script shares with the
-    chapter parses to the same code (formatting and comments aside)."""
+    chapter parses to the same code (formatting and comments aside). The chapter is read
+    as tests/sync_helpers.py reads chapters."""
     import ast
 
-    from IPython.core.inputtransformer2 import TransformerManager
+    from tests.sync_helpers import CELL, definitions, split_cell
 
-    def definitions(source):
-        found = {}
-        for node in ast.parse(TransformerManager().transform_cell(source)).body:
-            if isinstance(node, ast.FunctionDef):
-                found[node.name] = ast.dump(node)
-            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-                found[node.targets[0].id] = ast.dump(node.value)
-        return found
+    def parsed(source):
+        return {
+            name: ast.dump(ast.parse(text)) for name, *_, text in definitions(source)
+        }
 
     chapter = (ROOT / "book" / "04_collective_matmul.md").read_text()
-    cells = re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", chapter, re.M | re.S)
     book = {}
-    for cell in cells:  # a cell's options (`:tags:` lines, a --- block) left out
-        cell = re.sub(
-            r"\A(?:---\n.*?^---\n|(?::\w+:[^\n]*\n)+)", "", cell, flags=re.M | re.S
-        )
-        book.update(definitions(cell))
-    script = definitions((ROOT / "bench" / "collective_matmul_times.py").read_text())
+    for cell in CELL.finditer(chapter):
+        book.update(parsed(split_cell(cell[1])[1]))
+    script = parsed((ROOT / "bench" / "collective_matmul_times.py").read_text())
     shared = {
         "TO_RIGHT",
         "TO_LEFT",
