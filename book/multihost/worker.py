@@ -474,7 +474,7 @@ def task_one_sided():
 
 
 def task_timeout():
-    """one_sided again, in a job whose process 1 has XLA:CPU's collective timeout set."""
+    """one_sided again, in a job whose process 1 sets XLA:CPU's collective timeout."""
     mine = np.array([jax.process_index()])
     multihost_utils.process_allgather(mine)             # safe: every process calls it
     if jax.process_index() == 1:                        # the bug: one process only
