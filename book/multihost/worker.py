@@ -77,8 +77,9 @@ def task_devices():
 
 
 # our processes share one machine (one boot id), so every CPU device says slice_index
-# 0: on CPU a process stands in for a group of fast-linked devices; on TPUs and GPUs,
-# and CPUs on several machines, group by slice_index (the default)
+# 0: on CPU a process stands in for a group of fast-linked devices; TPUs and GPUs group
+# by slice_index (the default). CPUs on several machines could group by slice_index
+# too; by process, as here, is the same with one process per host
 BY_PROCESS = jax.devices()[0].platform == "cpu"
 
 
@@ -441,7 +442,7 @@ def task_mismatch():
     sharding = NamedSharding(data_mesh(), P("data"))
     rows = rows_of_this_process(sharding, 16)
     # without the global shape, process 1 loads half its rows: each process infers
-    # its own global shape, and both run the same jit to its end
+    # its own global shape and compiles the same function for it: two programs
     half = rows[: len(rows) // (1 + jax.process_index())]
     x_local = (half[:, None] * 3 + np.arange(3)).astype(np.float32)
     x = jax.make_array_from_process_local_data(sharding, x_local)     # no shape
