@@ -38,9 +38,11 @@ $(STAMP): requirements.txt requirements-compilers.txt
 	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	  echo "$(VENV) has a Python older than 3.12: recreating it"; rm -rf $(VENV); fi; \
 	[ -x $(PY) ] || { echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); }
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	@# --no-compile: pip would byte-compile every module of every package (measured: 97 s of
+	@# CPU with it, 56 without); Python compiles the modules a run imports as it first does.
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	@# The TPU and GPU compilers, without the NVIDIA libraries a GPU run needs (see the file)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-compilers.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps -r requirements-compilers.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	@touch $@
 	@$(PY) tests/check_lock.py
 
@@ -78,21 +80,19 @@ test: $(STAMP) sysdeps-test
 	@# the formatter's layout for the infrastructure's Python (chapter code is laid out by hand).
 	$(VENV)/bin/ruff check notebooks tests conftest.py bench _ext
 	$(VENV)/bin/ruff format --check tests conftest.py bench _ext
-	tests/phase.sh "static tests" $(PY) -m pytest tests/test_sources.py tests/test_outputs.py \
-	  tests/test_helpers.py tests/test_bootstrap.py tests/test_bench.py
-	@# The three nbval passes run side by side, sharing the cores (tests/nbval_passes.sh):
-	@# strict at 8 devices on varied CPU code paths (BOOK_CPU=varied, see conftest.py), so a
-	@# printed digit that differs between Intel and AMD, or between thread counts, fails
-	@# (tests/test_passes.py shows a default-path pass would not catch one, and that this
-	@# pass does); and every chapter, asserts and all, on 4 and 64 devices (OTHER_COUNTS),
-	@# outputs not compared; the pass at BARE_COUNT with the TPU and GPU compilers hidden,
-	@# as on a reader's laptop or Colab runtime (the 8 and 64 passes compile for them).
-	@# Chapter times are recorded from the strict pass: its wall seconds are stretched by
-	@# the passes beside it, its kernels' CPU seconds are not.
-	tests/phase.sh "nbval: 8 strict (varied CPU paths), 4 bare and 64 side by side" \
-	  env BARE_COUNT=$(BARE_COUNT) tests/nbval_passes.sh $(PY) $(OTHER_COUNTS)
-	tests/phase.sh "site" $(MAKE) --no-print-directory site
-	tests/phase.sh "browser" $(PY) -m pytest tests/test_browser.py tests/test_leftovers.py
+	@# Then three jobs side by side (tests/checks_side_by_side.sh): the static tests; the
+	@# site, built with warnings as errors, and the browser check of it; and the three nbval
+	@# passes (tests/nbval_passes.sh): strict at 8 devices on varied CPU code paths
+	@# (BOOK_CPU=varied, see conftest.py), so a printed digit that differs between Intel and
+	@# AMD, or between thread counts, fails (tests/test_passes.py shows a default-path pass
+	@# would not catch one, and that this pass does); and every chapter, asserts and all, on
+	@# 4 and 64 devices (OTHER_COUNTS), outputs not compared; the pass at BARE_COUNT with the
+	@# TPU and GPU compilers hidden, as on a reader's laptop or Colab runtime (the 8 and 64
+	@# passes compile for them). Chapter times are recorded from the strict pass: its wall
+	@# seconds are stretched by the jobs beside it, its kernels' CPU seconds are not.
+	env BARE_COUNT=$(BARE_COUNT) tests/checks_side_by_side.sh $(PY) $(OTHER_COUNTS)
+	@# last, when every kernel has ended: nothing of the run is left in /tmp
+	tests/phase.sh "leftovers" $(PY) -m pytest -q tests/test_leftovers.py
 	@$(PY) tests/phases.py
 
 lab: $(STAMP)
