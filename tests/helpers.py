@@ -181,20 +181,77 @@ def show_graph(graph):
 # --- chapter 04 ---
 
 
+def loop_trips(computations: dict, caller: str, line: str) -> int | None:
+    """Trips of the while loop on `line`, an instruction of computation `caller`
+    (computations: name -> text): the count XLA recorded (`known_trip_count`), or where
+    the compiler recorded none (libtpu's loops) the count read from the loop itself
+    when it has the form a scan or fori_loop lowers to: a counter in the loop's tuple
+    that starts from a constant, the body adds 1 to, and the condition compares LT a
+    constant. None where neither holds."""
+    if trips := re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line):
+        return int(trips[1])
+    loop = re.search(r"while\(%([\w.\-]+)\), condition=%([\w.\-]+), "
+                     r"body=%([\w.\-]+)", line)
+    if not loop or loop[2] not in computations or loop[3] not in computations:
+        return None
+    here, cond, body = (computations[c] for c in (caller, loop[2], loop[3]))
+
+    def defined(text, name):  # (op, operand names) of the instruction %name
+        found = re.search(rf"^ *(?:ROOT )?%{re.escape(name)} = .*? ([\w\-]+)\((.*?)\)"
+                          r"(?=$|, )", text, re.M)
+        return (found[1], found[2]) if found else (None, "")
+
+    def constant(text, name):  # its value, through copies; None if not a constant
+        op, args = defined(text, name)
+        while op == "copy":
+            op, args = defined(text, args.lstrip("%"))
+        return int(args) if op == "constant" and re.fullmatch(r"-?\d+", args) else None
+
+    def names(args):
+        return re.findall(r"%([\w.\-]+)", args)
+
+    def element(text, name):  # i where %name is get-tuple-element(param), index=i
+        found = re.search(rf"^ *%{re.escape(name)} = \S+ get-tuple-element\(%\S+\), "
+                          r"index=(\d+)", text, re.M)
+        return int(found[1]) if found else None
+
+    compare = re.search(r"ROOT %\S+ = \S+ compare\(%([\w.\-]+), %([\w.\-]+)\), "
+                        r"direction=LT", cond)
+    root = re.search(r"ROOT %\S+ = .*? tuple\((.*?)\)(?=$|, )", body, re.M)
+    if not compare or not root or (i := element(cond, compare[1])) is None:
+        return None
+    start = names(defined(here, loop[1])[1])
+    step = names(defined(body, names(root[1])[i])[1]) if i < len(names(root[1])) else []
+    if (defined(body, names(root[1])[i])[0] != "add" or len(step) != 2
+            or element(body, step[0]) != i or constant(body, step[1]) != 1):
+        return None
+    first, bound = constant(here, start[i]) if i < len(start) else None, \
+        constant(cond, compare[2])
+    return None if first is None or bound is None else max(bound - first, 0)
+
+
 def executed_collectives(compiled, mesh, axis: str = "model") -> dict:
-    """Collectives a compiled program runs, a loop body's once per trip, zeros left out;
-    permutes that shift every device one step along `axis` (the mesh's last) are also
-    counted as "permute right" (to index + 1) or "permute left" (to index - 1)."""
+    """Collectives a compiled program runs, a loop body's once per trip (loop_trips;
+    raises for a loop whose trips it cannot read), zeros left out; permutes that shift
+    every device one step along `axis` (the mesh's last) are also counted as "permute
+    right" (to index + 1) or "permute left" (to index - 1)."""
     if mesh.axis_names[-1] != axis:
         raise ValueError(f"axis {axis!r} is not the last of mesh axes "
                          f"{mesh.axis_names} (mesh shape {dict(mesh.shape)})")
     k, hlo, counts = mesh.shape[axis], issued_hlo(compiled), {}
     shift = {s: {(i, i - i % k + (i + s) % k) for i in range(mesh.size)}
              for s in (1, -1)}
-    trips = dict(re.findall(r'body=%([^,\s]+).*?"known_trip_count":\{"n":"(\d+)"', hlo))
-    bodies = re.findall(r"^(?:ENTRY )?%(\S+) [^\n]*\{\n(.*?)^\}", hlo, re.M | re.S)
-    for name, body in bodies:
-        runs = int(trips.get(name, 1))
+    computations = dict(re.findall(r"^(?:ENTRY )?%(\S+) [^\n]*\{\n(.*?)^\}", hlo,
+                                   re.M | re.S))
+    trips = {loop[1]: loop_trips(computations, name, line)
+             for name, text in computations.items() for line in text.splitlines()
+             if (loop := re.search(r" while\(.*body=%([\w.\-]+)", line))}
+    for name, body in computations.items():
+        runs = trips.get(name, 1)
+        if runs is None and re.search(r" collective-\w+(?:-start)?\(|"
+                                      r" (?:all|reduce)-\w+(?:-start)?\(", body):
+            raise ValueError(f"a loop body ({name}) runs collectives, and its trip "
+                             "count is neither recorded nor readable from the loop")
         for op in COLLECTIVES:
             if hits := len(re.findall(rf" {op}(?:-start)?\(", body)):
                 counts[op] = counts.get(op, 0) + runs * hits
@@ -324,14 +381,15 @@ def collective_bytes(compiled, kind) -> float:
 def executed(compiled, op: str) -> int:
     """How many times one run of a compiled program executes the collective `op` (as
     issued: see issued_hlo): each computation's count times the runs of it that one
-    run makes, from the entry down: a while loop's body once per trip (XLA records the
-    trip count of a scan), loops nested in loops multiplied, a computation called from
+    run makes, from the entry down: a while loop's body once per trip (loop_trips),
+    loops nested in loops multiplied, a computation called from
     another (call, async wrapper) once per call. Raises where `op` sits where this
     count does not reach: a loop whose trips XLA did not record, a conditional's
     branch, a computation nothing calls."""
     hlo = issued_hlo(compiled)
     computations = {name: (entry, text) for entry, name, text in re.findall(
         r"^(ENTRY )?%(\S+) .*?\{\n(.*?)^\}", hlo, re.M | re.S)}
+    texts = {name: text for name, (_, text) in computations.items()}
     runs, uncounted = dict.fromkeys(computations, 0), set()
 
     def visit(name, times, counted):  # every path from the entry: runs add up
@@ -340,8 +398,8 @@ def executed(compiled, op: str) -> int:
             uncounted.add(name)
         for line in computations[name][1].splitlines():
             if (loop := re.search(r" while\(.*body=%([\w.\-]+)", line)):
-                trips = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
-                callees = [(loop[1], int(trips[1]) if trips else 0, bool(trips))]
+                trips = loop_trips(texts, name, line)
+                callees = [(loop[1], trips or 0, trips is not None)]
             else:
                 branch = re.search(r"(?:branch_computations|true_computation)=", line)
                 callees = [(c, 1, not branch) for c in re.findall(

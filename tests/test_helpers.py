@@ -190,6 +190,49 @@ except ValueError as err:
     ]
 
 
+LIBTPU_LOOP = """
+import re
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import compile_for, executed, executed_collectives, target_mesh
+
+mesh = jax.make_mesh((2, 4), ("data", "model"))
+SPEC = P("data", "model")
+x = jax.ShapeDtypeStruct((8, 512), jnp.float32, sharding=NamedSharding(mesh, SPEC))
+PAIRS = [(j, (j + 1) % 4) for j in range(4)]
+def ring(x_blk):
+    step = lambda i, y: jax.lax.ppermute(y, "model", PAIRS)
+    return jax.lax.fori_loop(1, 4, step, x_blk)
+f = lambda x: jax.shard_map(ring, in_specs=SPEC, out_specs=SPEC)(x)
+build = compile_for("tpu-v5e-8", f, x)
+print("recorded" if "known_trip_count" in build.hlo else "not recorded")
+tpu_mesh = target_mesh("tpu-v5e-8", {"data": 2, "model": 4})
+print(executed_collectives(build.compiled, tpu_mesh))
+print(executed(build.compiled, "collective-permute"))
+class Unreadable:  # the same program, its loop bound made a parameter of the condition
+    def as_text(self):
+        bound = r"(compare\\(%[\\w.\\-]+, )%[\\w.\\-]+"
+        return re.sub(bound, r"\\1%nowhere", build.hlo)
+try:
+    executed_collectives(Unreadable(), mesh)
+except ValueError as err:
+    print(err)
+"""
+
+
+def test_loop_trips_read_from_libtpus_loop_which_records_none():
+    """libtpu records no trip count on its loops (its while has no known_trip_count):
+    executed_collectives and executed read the 3 trips of a fori_loop(1, 4) from the
+    loop's counter, start and bound; a loop whose bound is not a constant is refused
+    with a ValueError rather than counted once."""
+    lines = run_on_simulated_devices(LIBTPU_LOOP, 8).splitlines()
+    assert lines[0] == "not recorded"
+    assert lines[1] == "{'collective-permute': 3, 'permute right': 3}"
+    assert lines[2] == "3"
+    assert lines[3].startswith("a loop body (") and "trip count is neither" in lines[3]
+
+
 # --- chapter 05 ---
 class FakeCompiled:
     """Only what the HLO readers read: as_text(). The lines are a CPU compilation's,
