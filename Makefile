@@ -38,11 +38,13 @@ $(STAMP): requirements.txt requirements-compilers.txt
 	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	  echo "$(VENV) has a Python older than 3.12: recreating it"; rm -rf $(VENV); fi; \
 	[ -x $(PY) ] || { echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); }
-	@# --no-compile: pip would byte-compile every module of every package (measured: 97 s of
-	@# CPU with it, 56 without); Python compiles the modules a run imports as it first does.
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	@# pip byte-compiles every module here (about 40 s of CPU). Keep it: with
+	@# PYTHONDONTWRITEBYTECODE set, as on this project's machines, Python never writes the
+	@# .pyc files itself, so without them every kernel recompiles JAX's modules from source
+	@# (tried with --no-compile: make test took 1035 s instead of 834).
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	@# The TPU and GPU compilers, without the NVIDIA libraries a GPU run needs (see the file)
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps -r requirements-compilers.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-compilers.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	@touch $@
 	@$(PY) tests/check_lock.py
 
