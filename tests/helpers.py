@@ -186,7 +186,8 @@ def loop_trips(computations: dict, caller: str, line: str) -> int | None:
     (computations: name -> text): the count XLA recorded (`known_trip_count`), or where
     the compiler recorded none (libtpu's loops) the count read from the loop itself
     when it has the form a scan or fori_loop lowers to: a counter in the loop's tuple
-    that starts from a constant, the body adds 1 to, and the condition compares LT a
+    that starts from a constant, the body adds 1 to (through copies: libtpu copies
+    the counter of a gradient's loops first), and the condition compares LT a
     constant. None where neither holds."""
     if trips := re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line):
         return int(trips[1])
@@ -201,10 +202,13 @@ def loop_trips(computations: dict, caller: str, line: str) -> int | None:
                           r"(?=$|, )", text, re.M)
         return (found[1], found[2]) if found else (None, "")
 
+    def source(text, name):  # the instruction a chain of copies starts from
+        while (found := defined(text, name))[0] == "copy":
+            name = found[1].lstrip("%")
+        return name
+
     def constant(text, name):  # its value, through copies; None if not a constant
-        op, args = defined(text, name)
-        while op == "copy":
-            op, args = defined(text, args.lstrip("%"))
+        op, args = defined(text, source(text, name))
         return int(args) if op == "constant" and re.fullmatch(r"-?\d+", args) else None
 
     def names(args):
@@ -220,10 +224,11 @@ def loop_trips(computations: dict, caller: str, line: str) -> int | None:
     root = re.search(r"ROOT %\S+ = .*? tuple\((.*?)\)(?=$|, )", body, re.M)
     if not compare or not root or (i := element(cond, compare[1])) is None:
         return None
-    start = names(defined(here, loop[1])[1])
-    step = names(defined(body, names(root[1])[i])[1]) if i < len(names(root[1])) else []
-    if (defined(body, names(root[1])[i])[0] != "add" or len(step) != 2
-            or element(body, step[0]) != i or constant(body, step[1]) != 1):
+    start, out = names(defined(here, loop[1])[1]), names(root[1])
+    op, step = defined(body, source(body, out[i])) if i < len(out) else (None, "")
+    step = names(step)
+    if (op != "add" or len(step) != 2 or element(body, source(body, step[0])) != i
+            or constant(body, step[1]) != 1):
         return None
     first, bound = constant(here, start[i]) if i < len(start) else None, \
         constant(cond, compare[2])
@@ -231,36 +236,33 @@ def loop_trips(computations: dict, caller: str, line: str) -> int | None:
 
 
 def executed_collectives(compiled, mesh, axis: str = "model") -> dict:
-    """Collectives a compiled program runs, a loop body's once per trip (loop_trips;
-    raises for a loop whose trips it cannot read), zeros left out; permutes that shift
-    every device one step along `axis` (the mesh's last) are also counted as "permute
-    right" (to index + 1) or "permute left" (to index - 1)."""
+    """Collectives a compiled program runs, each as often as one run of it runs the
+    computation it sits in (computation_runs: a loop body once per trip, nested loops
+    multiplied; raises where that count does not reach), zeros left out; permutes that
+    shift every device one step along `axis` (the mesh's last) are also counted as
+    "permute right" (to index + 1) or "permute left" (to index - 1)."""
     if mesh.axis_names[-1] != axis:
         raise ValueError(f"axis {axis!r} is not the last of mesh axes "
                          f"{mesh.axis_names} (mesh shape {dict(mesh.shape)})")
-    k, hlo, counts = mesh.shape[axis], issued_hlo(compiled), {}
+    k, counts = mesh.shape[axis], {}
     shift = {s: {(i, i - i % k + (i + s) % k) for i in range(mesh.size)}
              for s in (1, -1)}
-    computations = dict(re.findall(r"^(?:ENTRY )?%(\S+) [^\n]*\{\n(.*?)^\}", hlo,
-                                   re.M | re.S))
-    trips = {loop[1]: loop_trips(computations, name, line)
-             for name, text in computations.items() for line in text.splitlines()
-             if (loop := re.search(r" while\(.*body=%([\w.\-]+)", line))}
-    for name, body in computations.items():
-        runs = trips.get(name, 1)
-        if runs is None and re.search(r" collective-\w+(?:-start)?\(|"
-                                      r" (?:all|reduce)-\w+(?:-start)?\(", body):
-            raise ValueError(f"a loop body ({name}) runs collectives, and its trip "
-                             "count is neither recorded nor readable from the loop")
-        for op in COLLECTIVES:
-            if hits := len(re.findall(rf" {op}(?:-start)?\(", body)):
-                counts[op] = counts.get(op, 0) + runs * hits
+    texts, runs, uncounted = computation_runs(issued_hlo(compiled))
+    for name, body in texts.items():
+        hits = {op: len(re.findall(rf" {op}(?:-start)?\(", body)) for op in COLLECTIVES}
+        if any(hits.values()) and name in uncounted:
+            raise ValueError(f"{name} runs collectives, and this count does not reach "
+                             "it (a loop of unknown trips, a conditional's branch, "
+                             "uncalled)")
+        for op, n in hits.items():
+            if n:
+                counts[op] = counts.get(op, 0) + runs[name] * n
         for pairs in re.findall(r"collective-permute(?:-start)?\(.*?"
                                 r"source_target_pairs=\{(.*?)\}\}", body):
             found = {tuple(map(int, p)) for p in re.findall(r"(\d+),(\d+)", pairs)}
             key = ("permute right" if found == shift[1] else
                    "permute left" if found == shift[-1] else "permute other")
-            counts[key] = counts.get(key, 0) + runs
+            counts[key] = counts.get(key, 0) + runs[name]
     return counts
 
 
@@ -378,17 +380,15 @@ def collective_bytes(compiled, kind) -> float:
 # Chapters 7 and 10 count what a scanned program runs, loops' trips included.
 
 
-def executed(compiled, op: str) -> int:
-    """How many times one run of a compiled program executes the collective `op` (as
-    issued: see issued_hlo): each computation's count times the runs of it that one
-    run makes, from the entry down: a while loop's body once per trip (loop_trips),
-    loops nested in loops multiplied, a computation called from
-    another (call, async wrapper) once per call. Raises where `op` sits where this
-    count does not reach: a loop whose trips XLA did not record, a conditional's
-    branch, a computation nothing calls."""
-    hlo = issued_hlo(compiled)
+def computation_runs(hlo: str) -> tuple[dict, dict, set]:
+    """The computations of a program's HLO text (name -> text), how many times one
+    run of the program runs each, from the entry down (a while loop's body once per
+    trip, read by loop_trips; loops nested in loops multiplied; a computation called
+    from another, by call, fusion or async wrapper, once per call), and the names
+    that count does not reach: under a loop whose trips XLA did not record and
+    loop_trips cannot read, in a conditional's branch, or called by nothing."""
     computations = {name: (entry, text) for entry, name, text in re.findall(
-        r"^(ENTRY )?%(\S+) .*?\{\n(.*?)^\}", hlo, re.M | re.S)}
+        r"^(ENTRY )?%(\S+) [^\n]*\{\n(.*?)^\}", hlo, re.M | re.S)}
     texts = {name: text for name, (_, text) in computations.items()}
     runs, uncounted = dict.fromkeys(computations, 0), set()
 
@@ -396,7 +396,7 @@ def executed(compiled, op: str) -> int:
         runs[name] += times
         if not counted:
             uncounted.add(name)
-        for line in computations[name][1].splitlines():
+        for line in texts[name].splitlines():
             if (loop := re.search(r" while\(.*body=%([\w.\-]+)", line)):
                 trips = loop_trips(texts, name, line)
                 callees = [(loop[1], trips or 0, trips is not None)]
@@ -413,10 +413,20 @@ def executed(compiled, op: str) -> int:
     for name, (entry, _) in computations.items():
         if entry:
             visit(name, 1, True)
+    return texts, runs, uncounted | {name for name, n in runs.items() if not n}
+
+
+def executed(compiled, op: str) -> int:
+    """How many times one run of a compiled program executes the collective `op` (as
+    issued: see issued_hlo): each computation's count times the runs of it that one
+    run makes (computation_runs). Raises where `op` sits where that count does not
+    reach: a loop whose trips XLA did not record, a conditional's branch, a
+    computation nothing calls."""
+    texts, runs, uncounted = computation_runs(issued_hlo(compiled))
     total = 0
-    for name, (_, text) in computations.items():
+    for name, text in texts.items():
         k = len(re.findall(rf" {op}(?:-start)?\(", text))
-        if k and (name in uncounted or not runs[name]):
+        if k and name in uncounted:
             raise ValueError(f"{op} in {name}, which this count does not reach (a "
                              "loop of unknown trips, a conditional's branch, uncalled)")
         total += k * runs[name]

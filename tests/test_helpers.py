@@ -157,8 +157,10 @@ def test_show_graph_with_graphviz_draws_svg():
 
 def test_executed_collectives_counts_loop_trips_and_directions():
     """On 8 simulated devices (a fresh process): a permute inside a 3-trip loop counts
-    3 times, sorted by direction; a plain psum once; a mesh whose last axis is not the
-    one asked for is refused with a ValueError naming the axes."""
+    3 times, sorted by direction; inside that loop run twice by an outer loop, 6
+    times; a plain psum once; a permute in a conditional's branch is refused (it may not
+    run), as is a mesh whose last axis is not the one asked for, each with a
+    ValueError naming what."""
     code = """
 import jax, jax.numpy as jnp
 from jax import P
@@ -169,22 +171,33 @@ def ring(x, step):
     pairs = [(j, (j + step) % 4) for j in range(4)]
     body = lambda i, y: jax.lax.ppermute(y, "model", pairs)
     return jax.lax.fori_loop(0, 3, body, x)
-for f in (lambda x: ring(x, 1), lambda x: ring(x, -1), lambda x: ring(x, 2),
-          lambda x: jax.lax.psum(x, "model")):
+def twice(x):
+    return jax.lax.fori_loop(0, 2, lambda i, y: ring(y, 1) + i, x)
+def maybe(x):
+    shift = lambda y: jax.lax.ppermute(y, "model", [(j, (j + 1) % 4) for j in range(4)])
+    return jax.lax.cond(x.sum() > 0, shift, lambda y: y, x)
+def program(f):
     g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("data", "model"),
                               out_specs=P("data", "model")))
-    print(executed_collectives(g.lower(x).compile(), mesh))
-try:
-    executed_collectives(g.lower(x).compile(), mesh, axis="data")
-except ValueError as err:
-    print(err)
+    return g.lower(x).compile()
+for f in (lambda x: ring(x, 1), lambda x: ring(x, -1), lambda x: ring(x, 2),
+          twice, lambda x: jax.lax.psum(x, "model")):
+    print(executed_collectives(program(f), mesh))
+for f, axis in ((maybe, "model"), (f, "data")):
+    try:
+        executed_collectives(program(f), mesh, axis=axis)
+    except ValueError as err:
+        print(err)
 """
     stdout = run_on_simulated_devices(code, 8)
     assert stdout.splitlines() == [
         "{'collective-permute': 3, 'permute right': 3}",
         "{'collective-permute': 3, 'permute left': 3}",
         "{'collective-permute': 3, 'permute other': 3}",
+        "{'collective-permute': 6, 'permute right': 6}",
         "{'all-reduce': 1}",
+        stdout.splitlines()[5].split(" runs ")[0] + " runs collectives, and this count "
+        "does not reach it (a loop of unknown trips, a conditional's branch, uncalled)",
         "axis 'data' is not the last of mesh axes ('data', 'model') "
         "(mesh shape {'data': 2, 'model': 4})",
     ]
@@ -210,6 +223,13 @@ print("recorded" if "known_trip_count" in build.hlo else "not recorded")
 tpu_mesh = target_mesh("tpu-v5e-8", {"data": 2, "model": 4})
 print(executed_collectives(build.compiled, tpu_mesh))
 print(executed(build.compiled, "collective-permute"))
+def scaled(x_blk):  # a loop that uses its counter: libtpu's gradient copies it first
+    step = lambda i, y: jax.lax.ppermute(y, "model", PAIRS) * i
+    return jax.lax.fori_loop(1, 4, step, x_blk)
+loss = lambda x: jnp.sum(jax.shard_map(scaled, in_specs=SPEC, out_specs=SPEC)(x) ** 2)
+grad = compile_for("tpu-v5e-8", jax.grad(loss), x)
+print(len(re.findall(r"add\\(%copy[\\w.]*, %constant", grad.hlo)))
+print(executed_collectives(grad.compiled, tpu_mesh))
 class Unreadable:  # the same program, its loop bound made a parameter of the condition
     def as_text(self):
         bound = r"(compare\\(%[\\w.\\-]+, )%[\\w.\\-]+"
@@ -224,13 +244,18 @@ except ValueError as err:
 def test_loop_trips_read_from_libtpus_loop_which_records_none():
     """libtpu records no trip count on its loops (its while has no known_trip_count):
     executed_collectives and executed read the 3 trips of a fori_loop(1, 4) from the
-    loop's counter, start and bound; a loop whose bound is not a constant is refused
-    with a ValueError rather than counted once."""
+    loop's counter, start and bound, and those of its gradient's two loops, whose
+    counter libtpu copies before adding 1; a loop whose bound is not a constant is
+    refused with a ValueError rather than counted once."""
     lines = run_on_simulated_devices(LIBTPU_LOOP, 8).splitlines()
     assert lines[0] == "not recorded"
     assert lines[1] == "{'collective-permute': 3, 'permute right': 3}"
     assert lines[2] == "3"
-    assert lines[3].startswith("a loop body (") and "trip count is neither" in lines[3]
+    assert int(lines[3]) >= 1  # the copied counter this test is about
+    assert lines[4] == ("{'collective-permute': 6, 'permute right': 3, "
+                        "'permute left': 3}")
+    assert lines[5].endswith("runs collectives, and this count does not reach it (a "
+                             "loop of unknown trips, a conditional's branch, uncalled)")
 
 
 # --- chapter 05 ---
