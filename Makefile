@@ -31,21 +31,24 @@ UPGRADE ?=
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-compilers.txt
+$(STAMP): requirements.txt requirements-compilers.txt requirements-installer.txt
 	@py="$${PYTHON:-$$(bash tests/find_python.sh)}" || exit 1; \
 	"$$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null || { \
 	  echo "PYTHON=$$py is not a Python 3.12 or newer (JAX 0.12 needs one): unset PYTHON to let make find one"; exit 1; }; \
 	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	  echo "$(VENV) has a Python older than 3.12: recreating it"; rm -rf $(VENV); fi; \
 	[ -x $(PY) ] || { echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); }
-	@# pip byte-compiles every module here (about 40 s of CPU). Keep it: with
-	@# PYTHONDONTWRITEBYTECODE set, as on this project's machines, Python never writes the
-	@# .pyc files itself, so without them every kernel recompiles JAX's modules from source
-	@# (tried 2026-11-29 with --no-compile: no .pyc was written, and a fresh clone's make
-	@# test used 31 minutes of CPU, up from 22 the run before).
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	@# pip installs the installer, uv (requirements-installer.txt), and uv the lock: the same
+	@# pinned wheels, fetched and unpacked in parallel (measured on the 2-core machine,
+	@# 2026-11-29: 43 s of CPU against pip's 86 for a fresh .venv, a quarter of its wall time).
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-installer.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	@# --compile-bytecode: byte-compile every module now. With PYTHONDONTWRITEBYTECODE set,
+	@# as on this project's machines, Python never writes the .pyc files itself, so without
+	@# them every kernel recompiles JAX's modules from source (tried 2026-11-29 with pip's
+	@# --no-compile: a fresh clone's make test used 31 minutes of CPU, up from 22).
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -r requirements.txt
 	@# The TPU and GPU compilers, without the NVIDIA libraries a GPU run needs (see the file)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-compilers.txt 2> >(grep -v "is ignored: it is neither" >&2)
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode --no-deps -r requirements-compilers.txt
 	@touch $@
 	@$(PY) tests/check_lock.py
 

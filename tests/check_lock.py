@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCKS = ("requirements.txt", "requirements-compilers.txt")
+LOCKS = ("requirements.txt", "requirements-compilers.txt", "requirements-installer.txt")
 
 
 def pins(lines) -> dict:
