@@ -71,7 +71,7 @@ def task_devices():
            global_ids=[d.id for d in jax.devices()],
            local_ids=[d.id for d in jax.local_devices()],
            owners=[d.process_index for d in jax.devices()],
-           slices=[d.slice_index for d in jax.devices()],
+           slices=[getattr(d, "slice_index", None) for d in jax.devices()],
            visible=jax.config.values["jax_cuda_visible_devices"],
            tpu_vm=cloud_tpu_init.running_in_cloud_tpu_vm)   # see run 2
 
@@ -84,9 +84,11 @@ BY_PROCESS = jax.devices()[0].platform == "cpu"
 
 
 def n_groups():
-    """How many groups of fast-linked devices: slices (TPU), hosts (GPU), processes."""
+    """How many groups of fast-linked devices: slices (TPU), hosts (GPU), processes.
+    Devices of one TPU slice may have no slice_index (compile-only ones have none):
+    one group, as JAX's make_mesh treats them."""
     key = "process_index" if BY_PROCESS else "slice_index"
-    return len({getattr(d, key) for d in jax.devices()})
+    return len({getattr(d, key, 0) for d in jax.devices()})
 
 
 def data_mesh():
@@ -240,11 +242,19 @@ def sgd_update(params, x, y):
     return [w - 0.2 * g for w, g in zip(params, grads)], value
 
 
-def first_params():
-    rng = np.random.default_rng(0)         # every process draws the same weights
-    params = [rng.standard_normal((8, 32)).astype(np.float32) / 8 ** 0.5,
-              rng.standard_normal((32, 1)).astype(np.float32) / 32 ** 0.5]
-    return jax.device_put(params, NamedSharding(data_mesh(), P()))   # replicated
+def draw_params(key):
+    w1_key, w2_key = jax.random.split(key)
+    return [jax.random.normal(w1_key, (8, 32)) / 8 ** 0.5,
+            jax.random.normal(w2_key, (32, 1)) / 32 ** 0.5]
+
+
+def first_params(seed=0):
+    """The same seed in every process, drawn inside jit: each device computes the
+    block out_shardings gives it (replicated here: all of it), nothing crosses
+    processes, and no process ever holds a weight its devices do not."""
+    replicated = NamedSharding(data_mesh(), P())
+    return jax.jit(lambda: draw_params(jax.random.key(seed)),
+                   out_shardings=[replicated, replicated])()
 
 
 def train(params, steps, after_step=lambda step, params: None):
@@ -353,8 +363,13 @@ def task_share():
     except RuntimeError as err:
         refused = f"{type(err).__name__}: {err}"
     whole = multihost_utils.process_allgather(x, tiled=True)   # every row, every host
+    try:                              # a host value onto devices of every process:
+        jax.device_put(mine, NamedSharding(data_mesh(), P()))   # compared first
+        put = None
+    except AssertionError as err:
+        put = f"{type(err).__name__}: {str(err).split('. Expected')[0]}"
     report("share", mine=mine.tolist(), shared=shared.tolist(), refused=refused,
-           whole=whole.tolist())
+           whole=whole.tolist(), put=put)
 
 
 def task_barrier():
