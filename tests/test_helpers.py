@@ -252,10 +252,13 @@ def test_loop_trips_read_from_libtpus_loop_which_records_none():
     assert lines[1] == "{'collective-permute': 3, 'permute right': 3}"
     assert lines[2] == "3"
     assert int(lines[3]) >= 1  # the copied counter this test is about
-    assert lines[4] == ("{'collective-permute': 6, 'permute right': 3, "
-                        "'permute left': 3}")
-    assert lines[5].endswith("runs collectives, and this count does not reach it (a "
-                             "loop of unknown trips, a conditional's branch, uncalled)")
+    assert lines[4] == (
+        "{'collective-permute': 6, 'permute right': 3, 'permute left': 3}"
+    )
+    assert lines[5].endswith(
+        "runs collectives, and this count does not reach it (a "
+        "loop of unknown trips, a conditional's branch, uncalled)"
+    )
 
 
 # --- chapter 05 ---
