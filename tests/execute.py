@@ -7,7 +7,9 @@ The seconds go to notebooks/execution_times.json, which tests/test_timing.py rea
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,11 +53,22 @@ def main(paths: list[str]) -> None:
     os.environ["JAX_PLATFORMS"] = "cpu"  # the stored outputs are the simulated-CPU ones
     # so the bootstrap's default of 8 applies
     os.environ.pop("JAX_NUM_CPU_DEVICES", None)
+    # What the kernels leave in their temp folder, and libtpu's logs (which go to
+    # /tmp/tpu_logs unless TPU_LOG_DIR names a folder), go into one folder removed at
+    # the end, as conftest.py does for make test: a make notebooks run beside a make
+    # test would otherwise fail its leftovers check.
+    scratch = tempfile.mkdtemp(prefix="book-execute-")
+    os.environ["TMPDIR"] = scratch
+    os.environ["TPU_LOG_DIR"] = os.path.join(scratch, "tpu_logs")
+    os.makedirs(os.environ["TPU_LOG_DIR"])
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
-    for p in map(Path, paths):
-        seconds = execute(p)
-        times[p.stem] = round(seconds, 1)
-        print(f"{p}: executed in {seconds:.1f} s")
+    try:
+        for p in map(Path, paths):
+            seconds = execute(p)
+            times[p.stem] = round(seconds, 1)
+            print(f"{p}: executed in {seconds:.1f} s")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     TIMES.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
 
 
