@@ -40,7 +40,7 @@ $(STAMP): requirements.txt requirements-compilers.txt requirements-installer.txt
 	[ -x $(PY) ] || { echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); }
 	@# pip installs the installer, uv (requirements-installer.txt), and uv the lock: the same
 	@# pinned wheels, fetched and unpacked in parallel (measured on the 2-core machine,
-	@# 2026-11-29: 43 s of CPU against pip's 86 for a fresh .venv, a quarter of its wall time).
+	@# 2026-11-29: 43 s of CPU against pip's 86 for a fresh .venv).
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-installer.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	@# --compile-bytecode: byte-compile every module now. With PYTHONDONTWRITEBYTECODE set,
 	@# as on this project's machines, Python never writes the .pyc files itself, so without

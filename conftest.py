@@ -11,7 +11,6 @@ import datetime
 import json
 import os
 import shutil
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -77,15 +76,11 @@ def pytest_configure(config):
         config.option, "nbval"
     ):
         config.option.nbval_sanitize_with = str(ROOT / "tests" / "nbval_sanitize.cfg")
-    # Whatever a kernel leaves in its temp directory (chapter 8's certificates and
-    # private keys when nbval stops its kernel before the chapter cleans up) goes into
-    # a folder this session owns and removes at its end (pytest_unconfigure).
-    config.kernel_tmp = tempfile.mkdtemp(prefix="book-kernels-")
-    os.environ["TMPDIR"] = config.kernel_tmp
-    # libtpu (the TPU compiler the chapters compile for) logs into /tmp/tpu_logs
-    # whatever TMPDIR says, unless TPU_LOG_DIR names an existing folder: this one's.
-    os.environ["TPU_LOG_DIR"] = os.path.join(config.kernel_tmp, "tpu_logs")
-    os.makedirs(os.environ["TPU_LOG_DIR"])
+    # What the kernels leave behind, libtpu's logs included, goes into a folder this
+    # session owns and removes at its end (pytest_unconfigure).
+    from tests.execute import kernel_scratch
+
+    config.kernel_tmp = kernel_scratch("book-kernels-")
     # chapter -> wall seconds nbval spent on it
     config.notebook_seconds = defaultdict(float)
     config.notebook_cpu_seconds = {}  # chapter -> CPU seconds of its kernel process

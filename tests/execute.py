@@ -32,6 +32,19 @@ def strip_terminal_colours(nb) -> None:
                 data["text/plain"] = ANSI.sub("", data["text/plain"])
 
 
+def kernel_scratch(prefix: str) -> str:
+    """A new folder for what notebook kernels leave behind, named to them (they inherit
+    the environment) as TMPDIR (chapter 8's certificates and private keys when a kernel
+    is stopped before the chapter cleans up) and as TPU_LOG_DIR: libtpu logs into
+    /tmp/tpu_logs whatever TMPDIR says, unless that names an existing folder. The
+    caller removes it (make test: conftest.py; make notebooks: main below)."""
+    scratch = tempfile.mkdtemp(prefix=prefix)
+    os.environ["TMPDIR"] = scratch
+    os.environ["TPU_LOG_DIR"] = os.path.join(scratch, "tpu_logs")
+    os.makedirs(os.environ["TPU_LOG_DIR"])
+    return scratch
+
+
 def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
@@ -53,14 +66,8 @@ def main(paths: list[str]) -> None:
     os.environ["JAX_PLATFORMS"] = "cpu"  # the stored outputs are the simulated-CPU ones
     # so the bootstrap's default of 8 applies
     os.environ.pop("JAX_NUM_CPU_DEVICES", None)
-    # What the kernels leave in their temp folder, and libtpu's logs (which go to
-    # /tmp/tpu_logs unless TPU_LOG_DIR names a folder), go into one folder removed at
-    # the end, as conftest.py does for make test: a make notebooks run beside a make
-    # test would otherwise fail its leftovers check.
-    scratch = tempfile.mkdtemp(prefix="book-execute-")
-    os.environ["TMPDIR"] = scratch
-    os.environ["TPU_LOG_DIR"] = os.path.join(scratch, "tpu_logs")
-    os.makedirs(os.environ["TPU_LOG_DIR"])
+    # (a make notebooks run beside a make test would otherwise fail its leftovers check)
+    scratch = kernel_scratch("book-execute-")
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     try:
         for p in map(Path, paths):
