@@ -685,12 +685,18 @@ def parse_textproto(text: str) -> dict:
     return root
 
 
+PLACEHOLDER_US = 5000.0
+
+
 class Timeline:
     """XLA:GPU's schedule of a compiled program's entry computation (its loops
-    unrolled), in microseconds of its speed-of-light model: rows (name, kind, start,
-    end), kind "compute" for a kernel (fusion, library call), the collective's name for
-    an asynchronous collective from its start to its done, and the op's name for other
-    asynchronous work (XLA's estimator gives an async fusion a default 5000)."""
+    unrolled), in microseconds of its latency model: rows (name, kind, start, end),
+    kind "compute" for a kernel (fusion, library call), the collective's name for an
+    asynchronous collective from its start to its done, and the op's name for other
+    asynchronous work. The model prices kernels with XLA's GPU cost model ("speed of
+    light"), NCCL collectives from the CUDA plugin's table of NCCL timings
+    (CollectiveInterpolator), and what neither covers (an async fusion, a collective
+    across hosts) at a placeholder of PLACEHOLDER_US: see `unpriced`."""
 
     def __init__(self, rows):
         self.rows = rows
@@ -723,14 +729,21 @@ class Timeline:
                 hidden += max(0.0, min(c_end, k_end) - max(c_start, k_start))
         return sum(e - s for s, e in self.busy(False)) - hidden
 
+    def unpriced(self) -> list:
+        """Names of the asynchronous rows that last PLACEHOLDER_US or longer: the
+        estimator's placeholder, or a span stretched over it, not a price to quote."""
+        return [name for name, kind, start, end in self.rows
+                if kind != "compute" and end - start >= PLACEHOLDER_US]
+
 
 def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
-    """Compile for an H100 target (compile_for's arguments) with XLA's speed-of-light
-    latency estimator and read the latency-hiding scheduler's timeline of the entry
-    computation from its dump, each while loop in it replaced by its body's timeline
-    repeated its known trip count. A model of the hardware, not a measurement. Raises
-    where XLA scheduled no entry computation (it may schedule only the loops' bodies
-    of a program that starts no collective outside them)."""
+    """Compile for an H100 target (compile_for's arguments) with XLA's analytical
+    latency estimator (its flag says "sol", speed of light) and read the latency-hiding
+    scheduler's timeline of the entry computation from its dump, each while loop in it
+    replaced by its body's timeline repeated its known trip count. A model (see
+    Timeline), not a measurement. Raises where XLA scheduled no entry computation (it
+    may schedule only the loops' bodies of a program that starts no collective outside
+    them: give such a program one collective after its loop)."""
     import glob
     import shutil
     import tempfile
