@@ -693,10 +693,11 @@ class Timeline:
     unrolled), in microseconds of its latency model: rows (name, kind, start, end),
     kind "compute" for a kernel (fusion, library call), the collective's name for an
     asynchronous collective from its start to its done, and the op's name for other
-    asynchronous work. The model prices kernels with XLA's GPU cost model ("speed of
-    light"), NCCL collectives from the CUDA plugin's table of NCCL timings
-    (CollectiveInterpolator), and what neither covers (an async fusion, a collective
-    across hosts) at a placeholder of PLACEHOLDER_US: see `unpriced`."""
+    asynchronous work. The model prices matmuls from the CUDA plugin's table of GEMM
+    timings measured on H100s (MatmulInterpolator), other kernels with XLA's GPU cost
+    model ("speed of light"), NCCL collectives from its table of NCCL timings
+    (CollectiveInterpolator), and what none covers (a collective across hosts, some
+    asynchronous work) at a placeholder of PLACEHOLDER_US: see `unpriced`."""
 
     def __init__(self, rows):
         self.rows = rows
@@ -759,6 +760,7 @@ def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
     finally:
         shutil.rmtree(dump, ignore_errors=True)
     module = proto["hlo_module"][0]
+    computations = {c["id"][0]: c for c in module["computations"]}
     ops = {i["id"][0]: i for c in module["computations"] for i in c["instructions"]}
     names = {c["id"][0]: c["name"][0] for c in module["computations"]}
     schedules = {s["computation_id"][0]: s["instructions"]
@@ -767,6 +769,24 @@ def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
     if entry not in schedules:
         raise ValueError("XLA scheduled no entry computation for this program, only "
                          f"{sorted(names[c] for c in schedules)}: no step to read")
+
+    def kind_of(op):
+        """A -start op's kind: the collective it starts, or the one an async op
+        wraps (XLA:GPU wraps some in fusions), else its name without the number."""
+        if op["opcode"][0] != "async-start":
+            return op["opcode"][0].removesuffix("-start")
+        inner = [i["opcode"][0].removesuffix("-start")
+                 for c in op.get("called_computation_ids", []) for i in calls(c)]
+        wrapped = [kind for kind in inner if kind in COLLECTIVES]
+        return wrapped[0] if wrapped else re.sub(r"\.\d+$", "",
+                                                 op["name"][0].replace("-start", ""))
+
+    def calls(computation):
+        """Every instruction in a computation and in those it calls."""
+        for i in computations[computation]["instructions"]:
+            yield i
+            for c in i.get("called_computation_ids", []):
+                yield from calls(c)
 
     def rows_of(computation, offset):
         """Its rows shifted by `offset`, loops unrolled, and where it ends."""
@@ -789,11 +809,12 @@ def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
                     rows += inner
                 shift += at - end                         # the loop's time, inserted
                 end = at
-            elif opcode.endswith("-start") or opcode == "async-start":
-                started[name.replace("-start", "")] = start
-            elif opcode.endswith("-done") or opcode == "async-done":
-                base = name.replace("-done", "")
-                rows.append((base, re.sub(r"\.\d+$", "", base), started.pop(base), end))
+            elif opcode.endswith("-start"):     # a collective's kind from its opcode
+                started[ins["id"][0]] = (name.replace("-start", ""), start,
+                                         kind_of(op))
+            elif opcode.endswith("-done"):
+                base, began, kind = started.pop(op["operand_ids"][0])
+                rows.append((base, kind, began, end))
             elif end > start and opcode in ("fusion", "custom-call", "call"):
                 rows.append((name, "compute", start, end))
             last = max(last, end)

@@ -871,3 +871,36 @@ def test_timeline_names_the_estimators_placeholder_as_unpriced():
                          ("fusion.1", "compute", 0.0, 2 * PLACEHOLDER_US)])
     assert timeline.unpriced() == ["ar.1"]
     assert timeline.total == 2 * PLACEHOLDER_US
+
+
+CROSS_HOST_TIMELINE = """
+import jax, jax.numpy as jnp
+from jax import P
+from jax.sharding import NamedSharding
+from tests.helpers import gpu_timeline
+
+mesh = jax.make_mesh((2, 4), ("data", "fsdp"))
+s = lambda shape, spec: jax.ShapeDtypeStruct(shape, jnp.bfloat16,
+                                             sharding=NamedSharding(mesh, spec))
+p = {"ln": s((256,), P("fsdp")), "up": s((256, 1024), P("fsdp", None))}
+x = s((16, 64, 256), P(("data", "fsdp")))
+
+
+def loss(p, x):
+    p = {k: jax.sharding.reshard(v, P()) for k, v in p.items()}
+    u = jnp.einsum("btd,df->btf", x * p["ln"], p["up"],
+                   out_sharding=P(("data", "fsdp")))
+    return jnp.mean(u.astype(jnp.float32) ** 2)
+
+
+tl = gpu_timeline(jax.grad(loss), p, x, target="h100-2x8", axes={"data": 2, "fsdp": 8})
+kinds = {name: kind for name, kind, *_ in tl.rows}
+print(sorted(kinds[n] for n in tl.unpriced()), kinds["all-gather"])
+"""
+
+
+def test_gpu_timeline_flags_the_cross_host_all_reduce_as_unpriced():
+    """On two H100 hosts XLA's model has no NCCL price for the gradient's all-reduce
+    over 16 GPUs and gives it the placeholder; the in-host gather is priced."""
+    out = run_on_simulated_devices(CROSS_HOST_TIMELINE, 8)
+    assert out == "['all-reduce'] all-gather\n"
