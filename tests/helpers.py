@@ -737,21 +737,24 @@ class Timeline:
                 if kind != "compute" and end - start >= PLACEHOLDER_US]
 
 
-def gpu_timeline(fn, *args, target="h100-8", **options) -> Timeline | None:
+def gpu_timeline(fn, *args, target="h100-8", compiler_options=None,
+                 **options) -> Timeline | None:
     """Compile for an H100 target (compile_for's arguments) with XLA's analytical
     latency estimator (its flag says "sol", speed of light) and read the latency-hiding
     scheduler's timeline of the entry computation from its dump, each while loop in it
     replaced by its body's timeline repeated its known trip count. A model (see
     Timeline), not a measurement. Raises where XLA scheduled no entry computation (it
     may schedule only the loops' bodies of a program that starts no collective outside
-    them: give such a program one collective after its loop)."""
+    them: give such a program one collective after its loop). `compiler_options` are
+    added to the ones it sets (for example to compile faster)."""
     import glob
     import shutil
     import tempfile
     dump = tempfile.mkdtemp(prefix="xla-schedule-")
     try:
         build = compile_for(target, fn, *args, compiler_options={
-            "xla_dump_to": dump, "xla_dump_latency_hiding_schedule": True,
+            **(compiler_options or {}), "xla_dump_to": dump,
+            "xla_dump_latency_hiding_schedule": True,
             "xla_gpu_enable_analytical_sol_latency_estimator": True}, **options)
         if build is None:
             return None

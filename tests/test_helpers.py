@@ -866,9 +866,13 @@ def test_timeline_names_the_estimators_placeholder_as_unpriced():
     priced one and a kernel of any length are not."""
     from tests.helpers import PLACEHOLDER_US, Timeline
 
-    timeline = Timeline([("ar.1", "all-reduce", 10.0, 10.0 + PLACEHOLDER_US + 1),
-                         ("cp.1", "collective-permute", 0.0, 36.0),
-                         ("fusion.1", "compute", 0.0, 2 * PLACEHOLDER_US)])
+    timeline = Timeline(
+        [
+            ("ar.1", "all-reduce", 10.0, 10.0 + PLACEHOLDER_US + 1),
+            ("cp.1", "collective-permute", 0.0, 36.0),
+            ("fusion.1", "compute", 0.0, 2 * PLACEHOLDER_US),
+        ]
+    )
     assert timeline.unpriced() == ["ar.1"]
     assert timeline.total == 2 * PLACEHOLDER_US
 
