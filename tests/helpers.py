@@ -695,9 +695,13 @@ class Timeline:
     asynchronous collective from its start to its done, and the op's name for other
     asynchronous work. The model prices matmuls from the CUDA plugin's table of GEMM
     timings measured on H100s (MatmulInterpolator), other kernels with XLA's GPU cost
-    model ("speed of light"), NCCL collectives from its table of NCCL timings
-    (CollectiveInterpolator), and what none covers (a collective across hosts, some
-    asynchronous work) at a placeholder of PLACEHOLDER_US: see `unpriced`."""
+    model, NCCL collectives from its table of NCCL timings (CollectiveInterpolator),
+    looked up by collective and pattern of devices, and what none covers at a
+    placeholder of PLACEHOLDER_US (see `unpriced`). That table knows one host only:
+    across hosts an all-reduce gets the placeholder, but a collective-permute gets its
+    in-host price and a small all-reduce issued as a fusion a few microseconds (both
+    seen on h100-2x8), which `unpriced` cannot tell from prices. Quote a collective's
+    time from a one-host target, or check that it stays inside one host."""
 
     def __init__(self, rows):
         self.rows = rows
@@ -739,14 +743,16 @@ class Timeline:
 
 def gpu_timeline(fn, *args, target="h100-8", compiler_options=None,
                  **options) -> Timeline | None:
-    """Compile for an H100 target (compile_for's arguments) with XLA's analytical
-    latency estimator (its flag says "sol", speed of light) and read the latency-hiding
-    scheduler's timeline of the entry computation from its dump, each while loop in it
-    replaced by its body's timeline repeated its known trip count. A model (see
-    Timeline), not a measurement. Raises where XLA scheduled no entry computation (it
-    may schedule only the loops' bodies of a program that starts no collective outside
-    them: give such a program one collective after its loop). `compiler_options` are
-    added to the ones it sets (for example to compile faster)."""
+    """Compile for an H100 target (compile_for's arguments) with XLA:GPU's analytical
+    latency estimator (its flag's "sol", speed of light, names the estimator; what
+    prices what: see Timeline) and read the latency-hiding scheduler's timeline of the
+    entry computation from its dump, each while loop in it replaced by its body's
+    timeline repeated its known trip count. A model, not a measurement. Raises where
+    XLA scheduled no entry computation: it may schedule only the loops' bodies of a
+    program that starts no collective outside them (give it one after its loop; that
+    fails too where XLA:GPU wraps those in asynchronous fusions). `compiler_options`
+    are added to the ones it sets (for example to compile faster); on a clash its own
+    win."""
     import glob
     import shutil
     import tempfile
