@@ -701,10 +701,12 @@ class Timeline:
     across hosts an all-reduce gets the placeholder, but a collective-permute gets its
     in-host price and a small all-reduce issued as a fusion a few microseconds (both
     seen on h100-2x8), which `unpriced` cannot tell from prices. Quote a collective's
-    time from a one-host target, or check that it stays inside one host."""
+    time from a one-host target, or check that it stays inside one host. `build`:
+    the compiled program the rows come from (gpu_timeline's Build), to look a row's
+    instruction up by name."""
 
-    def __init__(self, rows):
-        self.rows = rows
+    def __init__(self, rows, build=None):
+        self.rows, self.build = rows, build
         self.total = max((end for *_, end in rows), default=0.0)
 
     def busy(self, compute: bool) -> list:
@@ -832,4 +834,4 @@ def gpu_timeline(fn, *args, target="h100-8", compiler_options=None,
         return rows, last
 
     rows, _ = rows_of(entry, 0.0)
-    return Timeline(rows)
+    return Timeline(rows, build)

@@ -633,6 +633,8 @@ tl = gpu_timeline(jax.grad(loss, argnums=(0, 1)), w1, w2, x)
 for row in tl.rows:
     print(*row)
 print("total", tl.total, tl.compute, tl.exposed)
+names = [name for name, kind, *_ in tl.rows if kind == "compute"]
+print("build", tl.build.target, all(f"%{name} = " in tl.build.hlo for name in names))
 """
 
 
@@ -641,8 +643,11 @@ def test_gpu_timeline_of_an_fsdp_gradient_is_consistent():
     and asynchronous collectives with starts before ends, the weights' all-gathers
     and gradients' reduce-scatters paired start to done (an unpaired one raises),
     the step as long as its last end, and compute plus exposed communication no
-    longer than the step."""
+    longer than the step; the timeline carries the Build its rows come from."""
     lines = run_on_simulated_devices(GPU_TIMELINE, 8).splitlines()
+    # the compiled program comes with the timeline: each kernel row names one of its
+    # instructions
+    assert lines.pop() == "build h100-8 True"
     rows = [line.split() for line in lines[:-1]]
     total, compute, exposed = map(float, lines[-1].split()[1:])
     assert rows and all(float(start) <= float(end) for *_, start, end in rows)
