@@ -190,11 +190,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     from tabulate import tabulate
 
-    from tests.test_timing import budget_for, verdict
+    from tests.test_timing import budget_for, median_cpu, verdict
 
     times = ROOT / "notebooks" / "execution_times.json"
     stored = json.loads(times.read_text()) if times.exists() else {}
     cpu = config.notebook_cpu_seconds
+    median = median_cpu(cpu)
     # the budgets are for 8 simulated devices; other counts are reported, not judged
     judged = not BOOK_DEVICES
     rows = [
@@ -204,7 +205,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"{cpu[name]:.1f}" if name in cpu else "-",
             stored.get(name, "-"),
             budget_for(name) if judged else "-",
-            verdict(name, s, cpu.get(name)) if judged else "-",
+            verdict(name, s, cpu.get(name), median) if judged else "-",
             "FAILED" if name in config.notebook_failed else "ok",
         )
         for name, s in sorted(seconds.items())
