@@ -462,15 +462,18 @@ def lowered_flops(lowered) -> float:
 # named topologies without the hardware: nothing is allocated or run, so a chapter
 # checks what each accelerator's compiler makes of its program, next to XLA:CPU's.
 
-# Each target: (what it is, the package its compiler comes in, devices or
-# slices x devices).
+# Each target: (what it is, the package its compiler comes in, (slices or hosts, the
+# topology)). A CUDA topology reads slices x hosts per slice x GPUs per host, a slice
+# being one NVLink domain: an H100 host is one, so two H100 hosts are "2x1x8" ("1x2x8"
+# would be one NVLink domain spanning both hosts, as in a GB200 NVL72 rack).
 TARGETS = {
     "cpu": ("the CPU devices the bootstrap made (XLA:CPU)", None, None),
     "tpu-v5e-8": ("TPU v5e, one 2x4 slice", "libtpu", (1, "v5e:2x4")),
     "tpu-v5p-64": ("TPU v5p, one 4x4x4 slice", "libtpu", (1, "v5p:4x4x4")),
     "tpu-v5e-2x4": ("TPU v5e, two 2x2 slices over DCN", "libtpu", (2, "v5e:2x2")),
     "h100-8": ("8 H100 SXM, one host", "jax-cuda13-plugin", (1, "1x1x8")),
-    "h100-2x8": ("2 hosts of 8 H100 SXM", "jax-cuda13-plugin", (2, "1x2x8")),
+    "h100-2x8": ("2 hosts of 8 H100 SXM, each its own NVLink domain",
+                 "jax-cuda13-plugin", (2, "2x1x8")),
 }
 # What the CUDA plugin compiles for: the H100 SXM 80GB as XLA describes it, a
 # GpuTargetConfigProto (figures from XLA's xla/backends/gpu/target_config/specs/
@@ -693,17 +696,17 @@ class Timeline:
     unrolled), in microseconds of its latency model: rows (name, kind, start, end),
     kind "compute" for a kernel (fusion, library call), the collective's name for an
     asynchronous collective from its start to its done, and the op's name for other
-    asynchronous work. The model prices matmuls from the CUDA plugin's table of GEMM
-    timings measured on H100s (MatmulInterpolator), other kernels with XLA's GPU cost
-    model, NCCL collectives from its table of NCCL timings (CollectiveInterpolator),
-    looked up by collective and pattern of devices, and what none covers at a
-    placeholder of PLACEHOLDER_US (see `unpriced`). That table knows one host only:
-    across hosts an all-reduce gets the placeholder, but a collective-permute gets its
-    in-host price and a small all-reduce issued as a fusion a few microseconds (both
-    seen on h100-2x8), which `unpriced` cannot tell from prices. Quote a collective's
-    time from a one-host target, or check that it stays inside one host. `build`:
-    the compiled program the rows come from (gpu_timeline's Build), to look a row's
-    instruction up by name."""
+    asynchronous work. The model prices a matmul the CUDA plugin's table of GEMM
+    timings measured on H100s covers from that table (MatmulInterpolator), other
+    kernels with XLA's GPU cost model; a collective inside one NVLink domain (one
+    H100 host) from its table of NCCL timings measured on H100s
+    (CollectiveInterpolator), looked up by collective and pattern of devices; a
+    collective across hosts with its speed-of-light model of NCCL over the network
+    (a ring of the hosts, from the message's bytes and XLA's default NIC bandwidth,
+    round-trip time and launch cost for H100 clusters: a model, not a measurement);
+    and what none of these covers at a placeholder of PLACEHOLDER_US, the rows
+    `unpriced` names. `build`: the compiled program the rows come from
+    (gpu_timeline's Build), to look a row's instruction up by name."""
 
     def __init__(self, rows, build=None):
         self.rows, self.build = rows, build
