@@ -12,7 +12,10 @@ done
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "Installing Debian packages for ${missing[*]}: ${pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null \
+  # another apt-get (a second make beside this one) holds the lock: wait for it, do not fail
+  lock=(-o DPkg::Lock::Timeout=600)
+  apt-get "${lock[@]}" update -qq && \
+    apt-get "${lock[@]}" install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null \
     || { echo "apt-get could not install ${pkgs[*]}." >&2; exit 1; }
   exit 0
 fi
