@@ -696,17 +696,20 @@ class Timeline:
     unrolled), in microseconds of its latency model: rows (name, kind, start, end),
     kind "compute" for a kernel (fusion, library call), the collective's name for an
     asynchronous collective from its start to its done, and the op's name for other
-    asynchronous work. The model prices a matmul the CUDA plugin's table of GEMM
-    timings measured on H100s covers from that table (MatmulInterpolator), other
-    kernels with XLA's GPU cost model; a collective inside one NVLink domain (one
-    H100 host) from its table of NCCL timings measured on H100s
+    asynchronous work. The model prices a matmul from the CUDA plugin's table of
+    GEMM timings measured on H100s (MatmulInterpolator; for some types, f16 or a bf16
+    product kept in f32, its price is several times the bf16 one: set a row against
+    its FLOPs at the chip's peak before quoting it), loop and input fusions with
+    XLA's GPU cost model, other kernels at a token cost; a collective inside one
+    NVLink domain (one H100 host) from its table of NCCL timings measured on H100s
     (CollectiveInterpolator), looked up by collective and pattern of devices; a
     collective across hosts with its speed-of-light model of NCCL over the network
-    (a ring of the hosts, from the message's bytes and XLA's default NIC bandwidth,
+    (from the message's bytes, the number of hosts and XLA's default NIC bandwidth,
     round-trip time and launch cost for H100 clusters: a model, not a measurement);
-    and what none of these covers at a placeholder of PLACEHOLDER_US, the rows
-    `unpriced` names. `build`: the compiled program the rows come from
-    (gpu_timeline's Build), to look a row's instruction up by name."""
+    and what none of these covers at a placeholder of PLACEHOLDER_US (`unpriced`
+    names every row that long, a placeholder or not). `build`: the compiled program
+    the rows come from (gpu_timeline's Build), to look a row's instruction up by
+    name."""
 
     def __init__(self, rows, build=None):
         self.rows, self.build = rows, build
@@ -741,7 +744,9 @@ class Timeline:
 
     def unpriced(self) -> list:
         """Names of the asynchronous rows that last PLACEHOLDER_US or longer: the
-        estimator's placeholder, or a span stretched over it, not a price to quote."""
+        estimator's placeholder, a span the scheduler stretched over kernels, or a
+        price that large (a big collective across hosts): not to be quoted before
+        looking at which. An empty list means no row is a placeholder."""
         return [name for name, kind, start, end in self.rows
                 if kind != "compute" and end - start >= PLACEHOLDER_US]
 

@@ -916,3 +916,34 @@ def test_gpu_timeline_prices_the_cross_host_all_reduce_with_the_network_model():
     assert out.startswith("[] ['all-gather', 'all-reduce'] "), out
     gather, reduce = map(int, out.split()[-2:])
     assert gather < 50 and 100 < reduce < 5000 and reduce > 4 * gather, out
+
+
+GEMM_PRICES = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import gpu_timeline
+
+mesh = jax.make_mesh((8,), ("x",))
+prices = {}
+for name, dtype, kept in (("bf16", jnp.bfloat16, None), ("f16", jnp.float16, None),
+                          ("bf16 -> f32", jnp.bfloat16, jnp.float32)):
+    a = jax.ShapeDtypeStruct((8 * 4096, 4096), dtype,
+                             sharding=jax.NamedSharding(mesh, P("x")))
+    b = jax.ShapeDtypeStruct((4096, 4096), dtype,
+                             sharding=jax.NamedSharding(mesh, P("x")))
+    f = lambda a, b: jnp.dot(a, jax.reshard(b, P()), preferred_element_type=kept)
+    tl = gpu_timeline(f, a, b)
+    (gemm,) = [end - start for _, kind, start, end in tl.rows if kind == "compute"]
+    prices[name] = gemm
+peak_us = 2 * 4096**3 / 989e12 * 1e6  # the H100 SXM's dense bf16 peak
+print(prices["bf16"] < 2 * peak_us, prices["f16"] > 4 * prices["bf16"],
+      prices["bf16 -> f32"] > 4 * prices["bf16"])
+"""
+
+
+def test_gpu_timeline_prices_some_gemm_types_far_over_bf16():
+    """What the Timeline docstring warns of: XLA:GPU's GEMM table prices a 4096^3
+    matmul near the H100's bf16 peak in bf16, but several times slower in f16 or
+    with a bf16 product kept in f32 (measured 8x and 64x at the pinned plugin)."""
+    out = run_on_simulated_devices(GEMM_PRICES, 8)
+    assert out == "True True True\n", out
