@@ -696,20 +696,24 @@ class Timeline:
     unrolled), in microseconds of its latency model: rows (name, kind, start, end),
     kind "compute" for a kernel (fusion, library call), the collective's name for an
     asynchronous collective from its start to its done, and the op's name for other
-    asynchronous work. The model prices a matmul from the CUDA plugin's table of
-    GEMM timings measured on H100s (MatmulInterpolator; for some types, f16 or a bf16
-    product kept in f32, its price is several times the bf16 one: set a row against
-    its FLOPs at the chip's peak before quoting it), loop and input fusions with
-    XLA's GPU cost model, other kernels at a token cost; a collective inside one
-    NVLink domain (one H100 host) from its table of NCCL timings measured on H100s
-    (CollectiveInterpolator), looked up by collective and pattern of devices; a
-    collective across hosts with its speed-of-light model of NCCL over the network
-    (from the message's bytes, the number of hosts and XLA's default NIC bandwidth,
-    round-trip time and launch cost for H100 clusters: a model, not a measurement);
-    and what none of these covers at a placeholder of PLACEHOLDER_US (`unpriced`
-    names every row that long, a placeholder or not). `build`: the compiled program
-    the rows come from (gpu_timeline's Build), to look a row's instruction up by
-    name."""
+    asynchronous work. The model prices a matmul the CUDA plugin's table of GEMM
+    timings measured on H100s covers from that table (MatmulInterpolator; for some
+    types its price is many times the bf16 one, 8 for f16 and 64 for a bf16 product
+    kept in f32 at 4096^3: set a row against its FLOPs at the chip's peak before
+    quoting it), loop and input fusions with XLA's GPU cost model, other kernels
+    (custom fusions such as Triton's normalisations, library calls) at a token cost,
+    the rows `token_priced` names; a collective inside one NVLink domain (one H100
+    host) from its table of NCCL timings measured on H100s (CollectiveInterpolator),
+    looked up by collective and pattern of devices; a collective across hosts with
+    its speed-of-light model of NCCL over the network (from the message's bytes, the
+    number of hosts, two for any permute however many of its pairs cross, and XLA's
+    network figures for the H100, its table's values times one coefficient, 0.45: a
+    NIC of 25 GB/s per GPU, a 31 us round trip, a 45 us launch; a model, not a
+    measurement); and what none of these covers at a placeholder of PLACEHOLDER_US
+    (`unpriced` names every row that long, a placeholder or not). Each collective is
+    priced alone: the model does not know whether two that overlap share a link or a
+    stream. `build`: the compiled program the rows come from (gpu_timeline's Build),
+    to look a row's instruction up by name."""
 
     def __init__(self, rows, build=None):
         self.rows, self.build = rows, build
@@ -741,6 +745,25 @@ class Timeline:
             for k_start, k_end in self.busy(True):
                 hidden += max(0.0, min(c_end, k_end) - max(c_start, k_start))
         return sum(e - s for s, e in self.busy(False)) - hidden
+
+    def token_priced(self) -> list:
+        """Names of the kernels (compute rows) XLA's model prices at a token cost:
+        neither a matmul (a GEMM fusion or library call) nor a loop or input fusion.
+        Their rows understate them; bound such a kernel below by its bytes at the
+        chip's memory bandwidth. Needs `build`."""
+        if self.build is None:
+            raise ValueError("token_priced needs the timeline's build (gpu_timeline's)")
+        lines = {m.group(1): m.group(2) for m in re.finditer(
+            r"^\s*(?:ROOT )?%?([\w.-]+) = (.*)$", self.build.hlo, re.M)}
+        matmul = r'"kind":"[^"]*gemm|custom_call_target="[^"]*(?:gemm|matmul)'
+        token = []
+        for name, kind, *_ in self.rows:
+            line = lines.get(name, "")
+            if kind != "compute" or re.search(r"kind=k(?:Loop|Input)\b", line):
+                continue
+            if not re.search(matmul, line, re.I):
+                token.append(name)
+        return token
 
     def unpriced(self) -> list:
         """Names of the asynchronous rows that last PLACEHOLDER_US or longer: the
@@ -774,7 +797,13 @@ def gpu_timeline(fn, *args, target="h100-8", compiler_options=None,
             "xla_gpu_enable_analytical_sol_latency_estimator": True}, **options)
         if build is None:
             return None
-        (path,) = glob.glob(f"{dump}/*.schedule.txt")
+        paths = glob.glob(f"{dump}/*.schedule.txt")
+        if len(paths) != 1:
+            raise ValueError(
+                "XLA:GPU wrote no schedule for this program, nothing to read (seen "
+                "for a program with no asynchronous collective, and for one with a "
+                "ragged-all-to-all, for which XLA turns its analytical estimator off)")
+        (path,) = paths
         proto = parse_textproto(open(path).read())
     finally:
         shutil.rmtree(dump, ignore_errors=True)

@@ -947,3 +947,62 @@ def test_gpu_timeline_prices_some_gemm_types_far_over_bf16():
     with a bf16 product kept in f32 (measured 8x and 64x at the pinned plugin)."""
     out = run_on_simulated_devices(GEMM_PRICES, 8)
     assert out == "True True True\n", out
+
+
+TOKEN_PRICED = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import gpu_timeline
+
+mesh = jax.make_mesh((8,), ("x",))
+put = lambda shape, dtype, spec: jax.ShapeDtypeStruct(
+    shape, dtype, sharding=jax.NamedSharding(mesh, spec))
+a = put((8 * 4096, 4096), jnp.bfloat16, P("x"))
+b = put((4096, 4096), jnp.bfloat16, P("x"))
+g = put((4096,), jnp.float32, P())
+
+
+def loss(b, a, g):
+    y = jnp.dot(a, jax.reshard(b, P()))
+    return jnp.mean(jax.nn.softmax(y.astype(jnp.float32), -1) * g)
+
+
+tl = gpu_timeline(jax.grad(loss), b, a, g)
+span = {name: end - start for name, kind, start, end in tl.rows if kind == "compute"}
+(token,) = tl.token_priced()
+print(sum(name.startswith("gemm") for name in span), span[token] < 1,
+      "kind=kCustom" in tl.build.hlo.split(f"%{token} = ")[1].split("\\n")[0])
+"""
+
+
+def test_token_priced_names_the_softmax_fusion_priced_at_nothing():
+    """A softmax over a 4096 x 4096 matmul's output (64 MiB in bf16) becomes one custom
+    fusion that XLA's model prices under a microsecond (20 us at least at HBM speed);
+    token_priced names it, and not the two GEMMs priced from the table."""
+    assert run_on_simulated_devices(TOKEN_PRICED, 8) == "2 True True\n"
+
+
+def test_token_priced_needs_the_build():
+    with pytest.raises(ValueError, match="needs the timeline's build"):
+        helpers.Timeline([("f", "compute", 0.0, 1.0)]).token_priced()
+
+
+NO_SCHEDULE = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests.helpers import gpu_timeline
+
+mesh = jax.make_mesh((8,), ("x",))
+a = jax.ShapeDtypeStruct((8 * 256, 256), jnp.bfloat16,
+                         sharding=jax.NamedSharding(mesh, P("x")))
+try:
+    gpu_timeline(lambda a: jnp.tanh(a) * 2, a)  # no collective at all
+except ValueError as err:
+    print(str(err).startswith("XLA:GPU wrote no schedule for this program"))
+"""
+
+
+def test_gpu_timeline_says_when_xla_wrote_no_schedule():
+    """A program with no asynchronous collective gets no schedule dump: one clear
+    ValueError, not an unpacking error."""
+    assert run_on_simulated_devices(NO_SCHEDULE, 8) == "True\n"
