@@ -464,8 +464,9 @@ def lowered_flops(lowered) -> float:
 
 # Each target: (what it is, the package its compiler comes in, (slices or hosts, the
 # topology)). A CUDA topology reads slices x hosts per slice x GPUs per host, a slice
-# being one NVLink domain: an H100 host is one, so two H100 hosts are "2x1x8" ("1x2x8"
-# would be one NVLink domain spanning both hosts, as in a GB200 NVL72 rack).
+# being one NVLink domain: an HGX H100 host of 8 is one, so two such hosts are "2x1x8"
+# ("1x2x8" would be one NVLink domain spanning both hosts, as a GB200 NVL72 rack's 18
+# trays of 4 GPUs are one).
 TARGETS = {
     "cpu": ("the CPU devices the bootstrap made (XLA:CPU)", None, None),
     "tpu-v5e-8": ("TPU v5e, one 2x4 slice", "libtpu", (1, "v5e:2x4")),
@@ -710,10 +711,14 @@ class Timeline:
     network figures for the H100, its table's values times one coefficient, 0.45: a
     NIC of 25 GB/s per GPU, a 31 us round trip, a 45 us launch; a model, not a
     measurement); and what none of these covers at a placeholder of PLACEHOLDER_US
-    (`unpriced` names every row that long, a placeholder or not). Each collective is
-    priced alone: the model does not know whether two that overlap share a link or a
-    stream. `build`: the compiled program the rows come from (gpu_timeline's Build),
-    to look a row's instruction up by name."""
+    (`unpriced` names every row that long, a placeholder or not). Which collectives
+    cross hosts XLA tells from their partition ids (positions in the mesh's device
+    order) in groups of the GPUs per host, not from the devices' hosts: the two
+    agree for a mesh in device order, as target_mesh makes (XLA:GPU warns that it
+    supports no other). Each collective is priced alone: the model does not know
+    whether two that overlap share a link or a stream. `build`: the compiled program
+    the rows come from (gpu_timeline's Build), to look a row's instruction up by
+    name."""
 
     def __init__(self, rows, build=None):
         self.rows, self.build = rows, build
@@ -750,7 +755,9 @@ class Timeline:
         """Names of the kernels (compute rows) XLA's model prices at a token cost:
         neither a matmul (a GEMM fusion or library call) nor a loop or input fusion.
         Their rows understate them; bound such a kernel below by its bytes at the
-        chip's memory bandwidth. Needs `build`."""
+        chip's memory bandwidth. A matmul its GEMM table does not cover is priced at
+        a token cost too but is not named: check a GEMM row against its FLOPs. Needs
+        `build`."""
         if self.build is None:
             raise ValueError("token_priced needs the timeline's build (gpu_timeline's)")
         lines = {m.group(1): m.group(2) for m in re.finditer(
