@@ -705,20 +705,21 @@ class Timeline:
     (custom fusions such as Triton's normalisations, library calls) at a token cost,
     the rows `token_priced` names; a collective inside one NVLink domain (one H100
     host) from its table of NCCL timings measured on H100s (CollectiveInterpolator),
-    looked up by collective and pattern of devices; a collective across hosts with
-    its speed-of-light model of NCCL over the network (from the message's bytes, the
-    number of hosts, two for any permute however many of its pairs cross, and XLA's
-    network figures for the H100, its table's values times one coefficient, 0.45: a
-    NIC of 25 GB/s per GPU, a 31 us round trip, a 45 us launch; a model, not a
-    measurement); and what none of these covers at a placeholder of PLACEHOLDER_US
-    (`unpriced` names every row that long, a placeholder or not). Which collectives
-    cross hosts XLA tells from their partition ids (positions in the mesh's device
-    order) in groups of the GPUs per host, not from the devices' hosts: the two
-    agree for a mesh in device order, as target_mesh makes (XLA:GPU warns that it
-    supports no other). Each collective is priced alone: the model does not know
-    whether two that overlap share a link or a stream. `build`: the compiled program
-    the rows come from (gpu_timeline's Build), to look a row's instruction up by
-    name."""
+    looked up by collective and pattern of devices; a collective that leaves one
+    (here: across hosts) with its speed-of-light model of NCCL over the network
+    (from the message's bytes, the number of hosts, two for any permute however many
+    of its pairs cross, and XLA's network figures for the H100, its table's values
+    times one coefficient, 0.45: a NIC of 25 GB/s per GPU, a 31 us round trip, a 45
+    us launch; a model, not a measurement); and what none of these covers at a
+    placeholder of PLACEHOLDER_US (`unpriced` names every row that long, a
+    placeholder or not). Which collectives leave an NVLink domain XLA tells from
+    their partition ids (positions in the mesh's device order) in groups of the
+    domain's GPUs, as the topology sets them (8 on h100-2x8, all 16 on "1x2x8"), not
+    from the devices' hosts: the two agree for a mesh in device order, as
+    target_mesh makes (XLA:GPU warns that it supports no other). Each collective is
+    priced alone: the model does not know whether two that overlap share a link or a
+    stream. `build`: the compiled program the rows come from (gpu_timeline's Build),
+    to look a row's instruction up by name."""
 
     def __init__(self, rows, build=None):
         self.rows, self.build = rows, build
