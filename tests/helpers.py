@@ -880,3 +880,62 @@ def gpu_timeline(fn, *args, target="h100-8", compiler_options=None,
 
     rows, _ = rows_of(entry, 0.0)
     return Timeline(rows, build)
+
+
+# XLA:GPU's network figures for the H100, as its log prints them at the pinned version
+# (TF_CPP_VMODULE=sol_gpu_cost_model=2): its entry for "NVIDIA H100 80GB HBM3" in
+# sol_gpu_cost_model.cc, each base figure (100 us, 68.89 us, 13.34 us, 55.56 GB/s)
+# times its one coefficient 0.45; a model's inputs, not measurements. A GPU it has no
+# entry for gets a 50.004 GB/s NIC. `hbm`: the H100's memory bandwidth in H100_SXM, B/s.
+XLA_H100_NET = {"launch_us": 45.0, "rtt_us": 31.0005, "chunk_us": 6.003,
+                "chunk_bytes": 2**22, "nic": 25.002e9, "headers": 0.025,
+                "hbm": 3.35232e12}
+
+
+def xla_net_terms(kind: str, nbytes: int, hosts: int = 2, per_host: int = 8,
+                  out_bytes: int | None = None, net: dict = XLA_H100_NET) -> dict:
+    """XLA:GPU's price, in us term by term, of one collective its speed-of-light
+    model prices (one that leaves an NVLink domain; see Timeline): the terms add up
+    to its row in gpu_timeline less the 1 us it gives the start itself, and less, for
+    an all-reduce or a reduce-scatter, the reduction's kernel (under 1 us to 40 MiB).
+    `nbytes`: each GPU's buffer (what a permute sends, the input of the others);
+    `out_bytes`: an all-gather's or a reduce-scatter's result per GPU (default:
+    nbytes). The group is `per_host` GPUs in each of `hosts` hosts of 8: 8 (every GPU
+    of its hosts) or 1 (one per host, as an axis across hosts makes); XLA prices other
+    groups by other rules, not modelled here. A permute is priced as two GPUs on two
+    hosts, whatever its pairs. `net`: the figures (XLA_H100_NET; change one to see
+    what it moves). Each peer's piece pays a round trip, chunk preparation per started
+    chunk and its bytes plus headers at the NIC; a ring (all-gather, reduce-scatter,
+    all-reduce: two rounds) sends n - 1 pieces of buffer/n over per_host NICs; an
+    all-to-all sends buffer/(n - 1) to each of its remote peers in turn; then one
+    launch, and the bytes XLA's cost analysis counts in HBM: 3 x the larger of input
+    and output less the smaller (2 x the buffer where they are equal)."""
+    rings = {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 2}
+    if kind not in (*rings, "all-to-all", "collective-permute"):
+        raise ValueError(f"kind {kind!r}: XLA's network model prices all-gather, "
+                         "reduce-scatter, all-reduce, all-to-all, collective-permute")
+    if per_host not in (1, 8) or hosts < 2:
+        raise ValueError(f"{hosts} hosts x {per_host} GPUs each: modelled are groups "
+                         "of 1 or 8 GPUs in each of 2 or more hosts")
+    out = nbytes if out_bytes is None else out_bytes
+    if kind == "collective-permute":
+        hosts, per_host = 2, 1
+    n = hosts * per_host
+    if kind == "all-gather":
+        piece, steps = out // n, (n - 1) / per_host
+    elif kind == "all-to-all":
+        piece, steps = nbytes // (n - 1), per_host * (hosts - 1)
+    else:
+        piece, steps = nbytes // n if kind in rings else nbytes, (n - 1) / per_host
+    steps *= rings.get(kind, 1)
+    chunks = -(-piece // net["chunk_bytes"])
+    return {"launch": net["launch_us"],
+            "round trips": steps * net["rtt_us"],
+            "chunks": steps * chunks * net["chunk_us"],
+            "nic": steps * 1e6 * piece * (1 + net["headers"]) / net["nic"],
+            "hbm": 1e6 * (3 * max(nbytes, out) - min(nbytes, out)) / net["hbm"]}
+
+
+def xla_net_us(kind: str, nbytes: int, **options) -> float:
+    """xla_net_terms' sum: XLA:GPU's price of one collective across hosts, in us."""
+    return sum(xla_net_terms(kind, nbytes, **options).values())
