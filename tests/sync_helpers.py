@@ -114,8 +114,9 @@ def main(check: bool, only: list) -> int:
     for path in sorted((ROOT / "book").glob("[0-9][0-9]_*.md")):
         if only and path.stem not in only:
             continue
-        old = path.read_text()
-        new = sync(old, shared)
+        old = new = path.read_text()
+        while (synced := sync(new, shared)) != new:  # an inserted helper may need one
+            new = synced
         if new != old:
             changed.append(path.stem)
             if not check:
