@@ -590,8 +590,10 @@ class Build:
 
     @property
     def asynchronous(self) -> bool:
-        """Whether the program overlaps collectives with other work: any collective
-        in the start/done form."""
+        """Whether any collective is in the start/done form, which lets the schedule
+        put other work between its start and its done: that the program can overlap a
+        collective, not that it does (a start with nothing before its done overlaps
+        nothing; gpu_timeline shows what runs under each on XLA:GPU)."""
         return bool(re.search(rf"\b(?:{'|'.join(COLLECTIVES)})-start\(", self.issued))
 
 
@@ -649,7 +651,8 @@ def compile_for(target: str, fn, *args, axes=None, compiler_options=None,
 def compare_compilers(fn, *args, targets=("cpu", "tpu-v5e-8", "h100-8"),
                       **options) -> dict:
     """Compile one program for several targets (compile_for's options) and print one
-    row per target: its collectives and whether any runs asynchronously. Returns
+    row per target: its collectives and whether any is asynchronous (in start/done
+    form: see Build.asynchronous; not that anything overlaps it). Returns
     target -> Build; a target whose compiler is missing is left out (after its line)."""
     builds = {}
     for target in targets:
@@ -710,7 +713,8 @@ class Timeline:
     (from the message's bytes, the number of hosts, two for any permute however many
     of its pairs cross, and XLA's network figures for the H100, its table's values
     times one coefficient, 0.45: a NIC of 25 GB/s per GPU, a 31 us round trip, a 45
-    us launch; a model, not a measurement); and what none of these covers at a
+    us launch; a model, not a measurement; xla_net_terms gives its price term by
+    term); and what none of these covers at a
     placeholder of PLACEHOLDER_US (`unpriced` names every row that long, a
     placeholder or not). Which collectives leave an NVLink domain XLA tells from
     their partition ids (positions in the mesh's device order) in groups of the
