@@ -608,7 +608,7 @@ def compile_for(target: str, fn, *args, axes=None, compiler_options=None,
     mesh), so code that takes its mesh from the context (jax.reshard, constraints
     given as P) needs no change; but a jax.shard_map made without mesh= keeps the
     first context mesh it ran under: make it inside `fn`, fresh for each target.
-    compiler_options: XLA debug options for this compile alone (gpu_timeline's)."""
+    compiler_options: XLA debug options for this compile alone."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
     leaves = jax.tree.leaves(args)
