@@ -900,8 +900,9 @@ def xla_net_terms(kind: str, nbytes: int, hosts: int = 2, per_host: int = 8,
                   out_bytes: int | None = None, net: dict = XLA_H100_NET) -> dict:
     """XLA:GPU's price, in us term by term, of one collective its speed-of-light
     model prices (one that leaves an NVLink domain; see Timeline): the terms add up
-    to its row in gpu_timeline less the 1 us it gives the start itself, and less, for
-    an all-reduce or a reduce-scatter, the reduction's kernel (under 1 us to 40 MiB).
+    to its row in gpu_timeline less 1 us (the row ends with the done, which XLA
+    starts at the price and prices at 1 us) and less, for an all-reduce or a
+    reduce-scatter, the reduction's kernel (under 1 us to 40 MiB).
     `nbytes`: each GPU's buffer (what a permute sends, the input of the others);
     `out_bytes`: an all-gather's or a reduce-scatter's result per GPU (default:
     nbytes). The group is `per_host` GPUs in each of `hosts` hosts of 8: 8 (every GPU
