@@ -1012,11 +1012,15 @@ def test_gpu_timeline_says_when_xla_wrote_no_schedule():
 NETWORK_PRICES = """
 import jax, jax.numpy as jnp
 from jax import P
+from tests import helpers
 from tests.helpers import gpu_timeline, xla_net_us
 
-for axes, cpu in (({"x": 16}, (8,)), ({"h": 2, "g": 8}, (1, 8))):
+helpers.TARGETS["h100-4x8"] = ("4 hosts of 8 H100", "jax-cuda13-plugin", (4, "4x1x8"))
+for axes, cpu in (({"x": 16}, (8,)), ({"h": 2, "g": 8}, (1, 8)), ({"x": 32}, (8,)),
+                  ({"h": 4, "g": 8}, (1, 8))):
     ax, per_host = next(iter(axes)), 8 if len(axes) == 1 else 1
-    spec, n = P(tuple(axes)), 2 * per_host
+    hosts = axes.get("x", 8 * axes.get("h", 0)) // 8
+    target, spec, n = f"h100-{hosts}x8", P(tuple(axes)), hosts * per_host
     bodies = {
         "all-reduce": lambda a: jax.lax.psum(a, ax),
         "all-to-all": lambda a: jax.lax.all_to_all(a, ax, 0, 0, tiled=True),
@@ -1025,19 +1029,19 @@ for axes, cpu in (({"x": 16}, (8,)), ({"h": 2, "g": 8}, (1, 8))):
         "all-gather": lambda a: jax.lax.all_gather(a, ax, tiled=True),
     }
     out = {"all-gather": n, "reduce-scatter": 1 / n}
-    for mib in (1, 40):
+    for mib in (1, 40) if hosts == 2 else (8,):
         mesh = jax.make_mesh(cpu, tuple(axes))
-        a = jax.ShapeDtypeStruct((16 * mib * 512, 1024), jnp.bfloat16,
+        a = jax.ShapeDtypeStruct((8 * hosts * mib * 512, 1024), jnp.bfloat16,
                                  sharding=jax.NamedSharding(mesh, spec))
         for kind, body in bodies.items():
             f = lambda a, body=body: jax.shard_map(body, in_specs=spec, out_specs=spec,
                                                    check_vma=False)(a)
-            tl = gpu_timeline(f, a, target="h100-2x8", axes=axes)
+            tl = gpu_timeline(f, a, target=target, axes=axes)
             (row,) = [e - s for _, k, s, e in tl.rows if k == kind]
             b = mib * 2**20
             model = xla_net_us(kind, b, out_bytes=int(b * out.get(kind, 1)),
-                               per_host=per_host)
-            print(per_host, mib, kind, round(row - 1 - model, 1))
+                               hosts=hosts, per_host=per_host)
+            print(hosts, per_host, mib, kind, round(row - 1 - model, 1))
 """
 
 
@@ -1045,7 +1049,7 @@ def test_xla_net_us_is_xla_gpus_price_of_each_collective_across_hosts():
     """The formula and figures of xla_net_terms give XLA:GPU's own price of every
     collective its network model prices, for a group of every GPU of two hosts and
     for groups of one GPU per host, to within 1 us (a reduction's kernel) at 1 and
-    40 MiB (ten 4 MiB chunks)."""
+    40 MiB (ten 4 MiB chunks), and at 8 MiB on four hosts (a topology "4x1x8")."""
     for line in run_on_simulated_devices(NETWORK_PRICES, 8).splitlines():
         *_, kind, diff = line.split()
         assert 0 <= float(diff) < (1 if kind in ("all-reduce", "reduce-scatter")
