@@ -1066,3 +1066,31 @@ def test_xla_net_terms_refuses_what_it_does_not_model():
             helpers.xla_net_terms(nbytes=2**20, **bad)
     terms = helpers.xla_net_terms("all-to-all", 8 * 2**20)  # 8 remote peers
     assert terms["round trips"] == 8 * 31.0005 and terms["chunks"] == 8 * 6.003
+
+
+UNKNOWN_GPU = """
+import jax, jax.numpy as jnp
+from jax import P
+from tests import helpers
+from tests.helpers import XLA_H100_NET, gpu_timeline, xla_net_us
+
+helpers.H100_SXM = helpers.H100_SXM.replace("NVIDIA H100 80GB HBM3", "NVIDIA Other GPU")
+mesh = jax.make_mesh((8,), ("x",))
+a = jax.ShapeDtypeStruct((16 * 8 * 512, 1024), jnp.bfloat16,
+                         sharding=jax.NamedSharding(mesh, P("x")))
+f = lambda a: jax.shard_map(lambda b: jax.lax.ppermute(b, "x", [(0, 15)]),
+                            in_specs=P("x"), out_specs=P("x"))(a)
+tl = gpu_timeline(f, a, target="h100-2x8", axes={"x": 16})
+(row,) = [e - s for _, k, s, e in tl.rows if k == "collective-permute"]
+for nic in (XLA_H100_NET["nic"], 50.004e9):
+    net = {**XLA_H100_NET, "nic": nic}
+    print(round(row - 1 - xla_net_us("collective-permute", 8 * 2**20, net=net), 1))
+"""
+
+
+def test_a_gpu_xla_has_no_entry_for_gets_another_nic():
+    """What XLA_H100_NET's comment says: the figures are XLA's entry for the H100 by
+    its device name; a GPU it has no entry for is priced with a 50.004 GB/s NIC
+    (111.12 x 0.45), its other figures the H100's."""
+    h100, other = run_on_simulated_devices(UNKNOWN_GPU, 8).split()
+    assert float(h100) < -100 and abs(float(other)) < 0.1, (h100, other)
