@@ -593,7 +593,7 @@ class Build:
         """Whether any collective is in the start/done form, which lets the schedule
         put other work between its start and its done: that the program can overlap a
         collective, not that it does (a start with nothing before its done overlaps
-        nothing; gpu_timeline shows what runs under each on XLA:GPU)."""
+        nothing; XLA:GPU's predicted timeline shows what runs under each)."""
         return bool(re.search(rf"\b(?:{'|'.join(COLLECTIVES)})-start\(", self.issued))
 
 
@@ -713,8 +713,9 @@ class Timeline:
     (from the message's bytes, the number of hosts, two for any permute however many
     of its pairs cross, and XLA's network figures for the H100, its table's values
     times one coefficient, 0.45: a NIC of 25 GB/s per GPU, a 31 us round trip, a 45
-    us launch; a model, not a measurement; xla_net_terms gives its price term by
-    term); and what none of these covers at a
+    us launch; a model, not a measurement; the book's helper xla_net_terms, in the
+    chapters that price across hosts, gives it term by term); and what none of these
+    covers at a
     placeholder of PLACEHOLDER_US (`unpriced` names every row that long, a
     placeholder or not). Which collectives leave an NVLink domain XLA tells from
     their partition ids (positions in the mesh's device order) in groups of the
@@ -902,14 +903,15 @@ def xla_net_terms(kind: str, nbytes: int, hosts: int = 2, per_host: int = 8,
     model prices (one that leaves an NVLink domain; see Timeline): the terms add up
     to its row in gpu_timeline less 1 us (the row ends with the done, which XLA
     starts at the price and prices at 1 us) and less, for an all-reduce or a
-    reduce-scatter, the reduction's kernel (under 1 us to 40 MiB).
-    `nbytes`: each GPU's buffer (what a permute sends, the input of the others);
-    `out_bytes`: an all-gather's or a reduce-scatter's result per GPU (default:
-    nbytes). The group is `per_host` GPUs in each of `hosts` hosts of 8: 8 (every GPU
-    of its hosts) or 1 (one per host, as an axis across hosts makes); XLA prices other
-    groups by other rules, not modelled here. A permute is priced as two GPUs on two
-    hosts, whatever its pairs. `net`: the figures (XLA_H100_NET; change one to see
-    what it moves). Each peer's piece pays a round trip, chunk preparation per started
+    reduce-scatter, the reduction's kernel (under 1 us to 40 MiB). `nbytes`: each
+    GPU's buffer (what a permute sends, the input of the others); `out_bytes`: an
+    all-gather's or a reduce-scatter's result per GPU (default: nbytes). The group
+    is `per_host` GPUs in each of `hosts` hosts of 8: 8 (every GPU of its hosts) or
+    1 (one per host, as an axis across hosts makes); XLA prices other groups by
+    other rules, not modelled here. A permute is priced as two GPUs on two hosts,
+    whatever its pairs. `net`: the figures (XLA_H100_NET; change one to see what it
+    moves). A collective XLA combined from several arrays is priced on their bytes
+    together. Each peer's piece pays a round trip, chunk preparation per started
     chunk and its bytes plus headers at the NIC; a ring (all-gather, reduce-scatter,
     all-reduce: two rounds) sends n - 1 pieces of buffer/n over per_host NICs; an
     all-to-all sends buffer/(n - 1) to each of its remote peers in turn; then one
