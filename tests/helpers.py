@@ -715,16 +715,15 @@ class Timeline:
     times one coefficient, 0.45: a NIC of 25 GB/s per GPU, a 31 us round trip, a 45
     us launch; a model, not a measurement; the book's helper xla_net_terms, in the
     chapters that price across hosts, gives it term by term); and what none of these
-    covers at a
-    placeholder of PLACEHOLDER_US (`unpriced` names every row that long, a
-    placeholder or not). Which collectives leave an NVLink domain XLA tells from
+    covers at a placeholder of PLACEHOLDER_US (`unpriced` names every row that long,
+    a placeholder or not). Which collectives leave an NVLink domain XLA tells from
     their partition ids (positions in the mesh's device order) in groups of the
-    domain's GPUs, as the topology sets them (8 on h100-2x8, all 16 on "1x2x8"), not
-    from the devices' hosts: the two agree for a mesh in device order, as
-    target_mesh makes (XLA:GPU warns that it supports no other). Each collective is
-    priced alone: the model does not know whether two that overlap share a link or a
-    stream. `build`: the compiled program the rows come from (gpu_timeline's Build),
-    to look a row's instruction up by name."""
+    domain's GPUs, as XLA's partition_size option sets them, else the topology (8 on
+    h100-2x8, all 16 on "1x2x8"), not from the devices' hosts: the two agree for a
+    mesh in device order, as target_mesh makes (XLA:GPU warns that it supports no
+    other). Each collective is priced alone: the model does not know whether two
+    that overlap share a link or a stream. `build`: the compiled program the rows
+    come from (gpu_timeline's Build), to look a row's instruction up by name."""
 
     def __init__(self, rows, build=None):
         self.rows, self.build = rows, build
