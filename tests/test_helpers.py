@@ -1052,16 +1052,20 @@ def test_xla_net_us_is_xla_gpus_price_of_each_collective_across_hosts():
     40 MiB (ten 4 MiB chunks), and at 8 MiB on four hosts (a topology "4x1x8")."""
     for line in run_on_simulated_devices(NETWORK_PRICES, 8).splitlines():
         *_, kind, diff = line.split()
-        assert 0 <= float(diff) < (1 if kind in ("all-reduce", "reduce-scatter")
-                                   else 0.1), line
+        assert (
+            0 <= float(diff) < (1 if kind in ("all-reduce", "reduce-scatter") else 0.1)
+        ), line
 
 
 def test_xla_net_terms_refuses_what_it_does_not_model():
     """Its HBM figure is the compiled-for H100's; a group it does not model raises."""
     hbm = int(re.search(r"memory_bandwidth: (\d+)", helpers.H100_SXM)[1])
     assert helpers.XLA_H100_NET["hbm"] == hbm
-    for bad in (dict(kind="all-reduce", hosts=1), dict(kind="all-gather", per_host=4),
-                dict(kind="send")):
+    for bad in (
+        dict(kind="all-reduce", hosts=1),
+        dict(kind="all-gather", per_host=4),
+        dict(kind="send"),
+    ):
         with pytest.raises(ValueError):
             helpers.xla_net_terms(nbytes=2**20, **bad)
     terms = helpers.xla_net_terms("all-to-all", 8 * 2**20)  # 8 remote peers
