@@ -790,6 +790,17 @@ class Timeline:
         return [name for name, kind, start, end in self.rows
                 if kind != "compute" and end - start >= PLACEHOLDER_US]
 
+    @property
+    def label(self) -> str:
+        """What a figure or number drawn from this timeline says it is (two lines, for a
+        figure's title): whose model, of which compiler release and hardware, on which
+        target; a prediction, never a measurement."""
+        from importlib.metadata import version
+        on = f" on {self.build.target}" if self.build is not None else ""
+        return (f"XLA:GPU's speed-of-light model{on} (jax-cuda13-pjrt "
+                f"{version('jax-cuda13-pjrt')},\nH100 SXM config from XLA's specs): a "
+                "prediction, not a measurement")
+
 
 def gpu_timeline(fn, *args, target="h100-8", compiler_options=None,
                  **options) -> Timeline | None:

@@ -1096,3 +1096,17 @@ def test_a_gpu_xla_has_no_entry_for_gets_another_nic():
     (111.12 x 0.45), its other figures the H100's."""
     h100, other = run_on_simulated_devices(UNKNOWN_GPU, 8).split()
     assert float(h100) < -100 and abs(float(other)) < 0.1, (h100, other)
+
+
+def test_timeline_label_names_the_model_its_release_and_the_target():
+    """What every figure drawn from a timeline says it is: XLA:GPU's speed-of-light
+    model, of the installed compiler's release, on which target; never measured."""
+    from importlib.metadata import version
+    from types import SimpleNamespace
+
+    label = helpers.Timeline([], SimpleNamespace(target="h100-2x8")).label
+    assert label.startswith("XLA:GPU's speed-of-light model on h100-2x8 (")
+    assert f"jax-cuda13-pjrt {version('jax-cuda13-pjrt')}," in label
+    assert "H100 SXM config from XLA's specs" in label
+    assert label.endswith("a prediction, not a measurement") and label.count("\n") == 1
+    assert "on " not in helpers.Timeline([]).label.split("(")[0]
