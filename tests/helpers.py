@@ -761,6 +761,19 @@ class Timeline:
                 hidden += max(0.0, min(c_end, k_end) - max(c_start, k_start))
         return sum(e - s for s, e in self.busy(False)) - hidden
 
+    def exposed_spans(self) -> list:
+        """The intervals (start, end) in which a collective runs and no kernel does,
+        in order: what `exposed` sums, for a figure's "exposed" lane."""
+        out, kernels = [], self.busy(True)
+        for c_start, c_end in self.busy(False):
+            at = c_start
+            for k_start, k_end in kernels:
+                if k_end > at and k_start < c_end:
+                    out += [(at, k_start)] if k_start > at else []
+                    at = max(at, k_end)
+            out += [(at, c_end)] if at < c_end else []
+        return out
+
     def token_priced(self) -> list:
         """Names of the kernels (compute rows) XLA's model prices at a token cost:
         neither a matmul (a GEMM fusion or library call) nor a loop or input fusion.

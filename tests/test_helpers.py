@@ -1110,3 +1110,24 @@ def test_timeline_label_names_the_model_its_release_and_the_target():
     assert "H100 SXM config from XLA's specs" in label
     assert label.endswith("a prediction, not a measurement") and label.count("\n") == 1
     assert "on " not in helpers.Timeline([]).label.split("(")[0]
+
+
+def test_timeline_exposed_spans_sum_to_exposed():
+    """exposed_spans: the parts of collectives no kernel runs under, in order; they
+    sum to `exposed` (random schedules of kernels and collectives)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        rows = []
+        for i in range(int(rng.integers(1, 12))):
+            start = float(rng.integers(0, 100))
+            kind = ("compute", "all-gather", "collective-permute")[i % 3]
+            rows.append((f"r{i}", kind, start, start + float(rng.integers(0, 30))))
+        timeline = helpers.Timeline(rows)
+        spans = timeline.exposed_spans()
+        assert all(a < b for a, b in spans)
+        assert all(b <= a for (_, b), (a, _) in zip(spans, spans[1:]))
+        assert abs(sum(b - a for a, b in spans) - timeline.exposed) < 1e-9
+    timeline = helpers.Timeline(
+        [("k", "compute", 10.0, 20.0), ("g", "all-gather", 5.0, 30.0)]
+    )
+    assert timeline.exposed_spans() == [(5.0, 10.0), (20.0, 30.0)]
