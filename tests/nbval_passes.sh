@@ -5,7 +5,7 @@
 #            (tests/test_timing.py);
 #   k        for each k in OTHER_COUNTS (4 and 64), outputs not compared: every cell and
 #            every assert must pass with the mesh shapes that count gives. The pass at
-#            BARE_COUNT (make test: 4) runs as a bare install, libtpu and the CUDA plugin
+#            BARE_COUNT (make test: 64) runs as a bare install, libtpu and the CUDA plugin
 #            hidden (tests/bare/sitecustomize.py): every chapter must then skip, with one
 #            line, what needs a missing compiler, as on a reader's laptop or Colab.
 # Each pass logs to _build/nbval-NAME.log; the logs are shown in that order once all have
