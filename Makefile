@@ -8,8 +8,9 @@
 # Every chapter runs on 8 simulated devices with outputs compared, on varied CPU code paths
 # (BOOK_CPU=varied), and on 4 and 64 (OTHER_COUNTS) with outputs not compared, the three
 # passes side by side; the 64-device pass as a bare install, without the TPU and GPU
-# compilers (the 4- and 8-device passes compile for them). Chapter times and make test's phase times are reported after each run and
-# appended to bench/chapter-times.jsonl; only a gross regression fails.
+# compilers (the 4- and 8-device passes compile for them). Chapter times and make test's
+# phase times are reported after each run and appended to bench/chapter-times.jsonl; only a
+# gross regression fails.
 SHELL := /bin/bash
 .DEFAULT_GOAL := book
 .PHONY: book site test notebooks serve lab clean venv lock sysdeps-book sysdeps-test
