@@ -41,10 +41,13 @@ while args.get("hold") and not os.path.exists(args["hold"]):
 print(json.dumps(dict(task="joining", t=time.time())), flush=True)
 if args["port"]:                     # everything named: address, count, index
     address = f"127.0.0.1:{args['port']}"       # loopback: serve and connect only here
-    jax.distributed.initialize(
-        coordinator_address=address, coordinator_bind_address=address,
-        num_processes=args["processes"], process_id=args["process_id"],
-        **args["options"])           # timeouts, certificates
+    jax.distributed.initialize(**{
+        "coordinator_address": address, "coordinator_bind_address": address,
+        "num_processes": args["processes"], "process_id": args["process_id"],
+        # no cluster detector: under SLURM or Open MPI it would still pin this
+        # process to one GPU (run 2 shows it); options may turn it back on
+        "cluster_detection_method": "deactivate",
+        **args["options"]})          # timeouts, certificates
 else:                                # on a cluster: JAX reads the scheduler's variables
     jax.distributed.initialize(**args["options"])
 
