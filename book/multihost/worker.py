@@ -44,9 +44,9 @@ if args["port"]:                     # everything named: address, count, index
     jax.distributed.initialize(**{
         "coordinator_address": address, "coordinator_bind_address": address,
         "num_processes": args["processes"], "process_id": args["process_id"],
-        # no cluster detector: under SLURM or Open MPI 4 it would still pin this
-        # process to the GPU of its rank on the node, and under Open MPI 5 without
-        # mpi4py raise; options may turn it back on
+        # no cluster detector: under SLURM or Open MPI (5 through mpi4py) it would
+        # still pin this process to the GPU of its rank on the node, and under Open
+        # MPI 5 without mpi4py raise; options may turn it back on
         "cluster_detection_method": "deactivate",
         **args["options"]})          # timeouts, certificates
 else:                                # on a cluster: JAX reads the scheduler's variables
