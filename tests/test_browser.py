@@ -262,9 +262,9 @@ def look_at(browser, url, docname) -> dict:
     return seen
 
 
-def look_on_a_phone(browser, url, docname) -> dict:
-    """The page's width on a phone, and what sticks out (to say what to fix)."""
-    load(browser, url)
+def look_on_a_phone(browser, docname) -> dict:
+    """The page's width on a phone, and what sticks out (to say what to fix): the
+    page look_at has just read, its window narrowed to a phone's, folded cells open."""
     width = browser.execute_script(
         "return [document.documentElement.scrollWidth, window.innerWidth];"
     )
@@ -285,15 +285,18 @@ def look_on_a_phone(browser, url, docname) -> dict:
 
 @pytest.fixture(scope="module")
 def pages(server, browser) -> dict:
-    """Every page visited twice, once on a laptop screen and once on a phone (not once
-    per check: a chapter page takes seconds to load): docname -> what each showed."""
+    """Every page loaded once (not once per check: a chapter page takes seconds to load
+    and typeset), read on a laptop screen, then narrowed to a phone's width and read
+    again: docname -> what each showed. The phone's reading is of the reflowed page, as
+    CSS lays it out at that width; a fresh load at that width lays it out the same (the
+    theme's narrow layout is CSS media queries), at twice the browser's work."""
     seen = {}
     try:
-        for size, look in ((LAPTOP, look_at), (PHONE, look_on_a_phone)):
-            browser.set_window_size(*size)
-            for docname in PAGES:
-                url = f"{server}/{docname}.html"
-                seen.setdefault(docname, {}).update(look(browser, url, docname))
+        for docname in PAGES:
+            browser.set_window_size(*LAPTOP)
+            seen[docname] = look_at(browser, f"{server}/{docname}.html", docname)
+            browser.set_window_size(*PHONE)
+            seen[docname].update(look_on_a_phone(browser, docname))
     finally:
         browser.set_window_size(1280, 1600)
     return seen
