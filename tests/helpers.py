@@ -472,14 +472,14 @@ TARGETS = {
     "tpu-v5e-8": ("TPU v5e, one 2x4 slice", "libtpu", (1, "v5e:2x4")),
     "tpu-v5p-64": ("TPU v5p, one 4x4x4 slice", "libtpu", (1, "v5p:4x4x4")),
     "tpu-v5e-2x4": ("TPU v5e, two 2x2 slices over DCN", "libtpu", (2, "v5e:2x2")),
-    "h100-8": ("8 H100 SXM, one host", "jax-cuda13-plugin", (1, "1x1x8")),
+    "h100-8": ("8 H100 SXM, one host", "jax-cuda13-pjrt", (1, "1x1x8")),
     "h100-2x8": ("2 hosts of 8 H100 SXM, each its own NVLink domain",
-                 "jax-cuda13-plugin", (2, "2x1x8")),
+                 "jax-cuda13-pjrt", (2, "2x1x8")),
     # other slice sizes, for the chapters that ask whether a choice is the chip count's
     "tpu-v5e-4": ("TPU v5e, one 2x2 slice", "libtpu", (1, "v5e:2x2")),
     "tpu-v5e-16": ("TPU v5e, one 4x4 slice", "libtpu", (1, "v5e:4x4")),
     "tpu-v5p-8": ("TPU v5p, one 2x2x2 slice", "libtpu", (1, "v5p:2x2x2")),
-    "h100-4x8": ("4 hosts of 8 H100 SXM", "jax-cuda13-plugin", (4, "4x1x8")),
+    "h100-4x8": ("4 hosts of 8 H100 SXM", "jax-cuda13-pjrt", (4, "4x1x8")),
 }
 # What the CUDA plugin compiles for: the H100 SXM 80GB as XLA describes it, a
 # GpuTargetConfigProto (figures from XLA's xla/backends/gpu/target_config/specs/

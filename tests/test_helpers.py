@@ -566,6 +566,33 @@ def test_a_missing_compiler_is_one_line(capsys, monkeypatch):
     )
 
 
+def test_a_missing_gpu_compiler_names_the_package_that_holds_it(capsys, monkeypatch):
+    """XLA:GPU (jax_plugins.xla_cuda13) comes in jax-cuda13-pjrt; jax-cuda13-plugin
+    holds only JAX's own CUDA kernels, and installing it alone brings no compiler."""
+    import importlib.metadata
+    import importlib.util
+
+    files = {
+        package: {str(f) for f in importlib.metadata.files(package)}
+        for package in ("jax-cuda13-pjrt", "jax-cuda13-plugin")
+    }
+    compiler = "jax_plugins/xla_cuda13/__init__.py"
+    assert compiler in files["jax-cuda13-pjrt"]
+    assert compiler not in files["jax-cuda13-plugin"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "jax_plugins.xla_cuda13" else real(name, *a),
+    )
+    assert helpers.target_devices("h100-8") is None
+    version = importlib.metadata.version("jax-cuda13-pjrt")
+    assert capsys.readouterr().out == (
+        "skipped h100-8 (8 H100 SXM, one host): its compiler is not installed "
+        f"(pip install --no-deps jax-cuda13-pjrt=={version})\n"
+    )
+
+
 def test_the_h100_description_is_the_documented_one():
     """The helper carries the H100 target description inline (Colab opens one
     notebook); tests/targets/h100_sxm.txtpb documents each figure: same fields, same
