@@ -55,6 +55,23 @@ def test_pair_cells_identical(name):
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
+def test_code_cells_fit_the_page_options_included(name):
+    """Code lines are linted at 88 characters (ruff, ruff.toml); a code cell's options
+    in the markdown source (its YAML: tags, a figure's alt text) are not code to ruff,
+    and were found over 88 twice after editors' rewraps: held to the same 88 here."""
+    text = (ROOT / "book" / f"{name}.md").read_text()
+    long = [
+        f"line {text.count(chr(10), 0, cell.start()) + 1 + i}: {len(line)} characters"
+        for cell in re.finditer(
+            r"^```\{code-cell\}[^\n]*\n(.*?)^```$", text, re.M | re.S
+        )
+        for i, line in enumerate(cell[1].splitlines(), 1)
+        if len(line) > 88
+    ]
+    assert not long, f"book/{name}.md, in code cells: {long}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
 def test_notebook_executed_in_order(name):
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     counts = [c.execution_count for c in code_cells(nb)]
