@@ -550,27 +550,40 @@ def test_compile_helpers_refuse_bad_input():
         helpers.compile_for("cpu", jnp.sin, x)
 
 
-def test_a_missing_compiler_is_one_line(capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "target, module, line",
+    [
+        (
+            "tpu-v5e-8",
+            "libtpu",
+            "skipped tpu-v5e-8 (TPU v5e, one 2x4 slice): its "
+            "compiler is not installed (pip install libtpu==0.0.51)",
+        ),
+        (
+            "h100-8",
+            "jax_plugins.xla_cuda13",
+            "skipped h100-8 (8 H100 SXM, one host): its compiler is not installed "
+            "(pip install --no-deps jax-cuda13-pjrt==0.12.0.1)",
+        ),
+    ],
+)
+def test_a_missing_compiler_is_one_line(capsys, monkeypatch, target, module, line):
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: None if name == "libtpu" else real(name, *a),
+        lambda name, *a: None if name == module else real(name, *a),
     )
-    assert helpers.target_devices("tpu-v5e-8") is None
-    assert capsys.readouterr().out == (
-        "skipped tpu-v5e-8 (TPU v5e, one 2x4 slice): its compiler is not installed "
-        "(pip install libtpu==0.0.51)\n"
-    )
+    assert helpers.target_devices(target) is None
+    assert capsys.readouterr().out == line + "\n"
 
 
-def test_a_missing_gpu_compiler_names_the_package_that_holds_it(capsys, monkeypatch):
-    """XLA:GPU (jax_plugins.xla_cuda13) comes in jax-cuda13-pjrt; jax-cuda13-plugin
-    holds only JAX's own CUDA kernels, and installing it alone brings no compiler."""
+def test_the_gpu_compiler_comes_in_the_package_the_skip_line_names():
+    """XLA:GPU (jax_plugins.xla_cuda13) comes in jax-cuda13-pjrt, at the version the
+    skip line pins; jax-cuda13-plugin holds only JAX's own CUDA kernels."""
     import importlib.metadata
-    import importlib.util
 
     files = {
         package: {str(f) for f in importlib.metadata.files(package)}
@@ -579,18 +592,8 @@ def test_a_missing_gpu_compiler_names_the_package_that_holds_it(capsys, monkeypa
     compiler = "jax_plugins/xla_cuda13/__init__.py"
     assert compiler in files["jax-cuda13-pjrt"]
     assert compiler not in files["jax-cuda13-plugin"]
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "jax_plugins.xla_cuda13" else real(name, *a),
-    )
-    assert helpers.target_devices("h100-8") is None
-    version = importlib.metadata.version("jax-cuda13-pjrt")
-    assert capsys.readouterr().out == (
-        "skipped h100-8 (8 H100 SXM, one host): its compiler is not installed "
-        f"(pip install --no-deps jax-cuda13-pjrt=={version})\n"
-    )
+    assert helpers.TARGETS["h100-8"][1] == "jax-cuda13-pjrt"
+    assert importlib.metadata.version("jax-cuda13-pjrt") == "0.12.0.1"
 
 
 def test_the_h100_description_is_the_documented_one():
