@@ -288,16 +288,17 @@ def array_origins(compiled) -> list:
     """(kind, JAX op name) of every array a collective sends. XLA's combiner merges
     collectives of one kind into one op, whose name lists its arrays' names as
     (a:b:...) after any shared prefix; an op that sends several arrays for one JAX
-    operation has that one name."""
+    operation has that one name. XLA:GPU may also pack combined arrays into one
+    buffer: one operand named (a:b:...) counts as one array per name."""
     found = []
     for kind, arrays, name in collective_ops(compiled):
         name = name.split("/", 1)[-1]                      # drop the jit(...) prefix
-        combined = re.fullmatch(r"(.*/)?\((.*)\)", name) if arrays > 1 else None
+        combined = re.fullmatch(r"(.*/)?\((.*:.*)\)", name)
         if combined:
             names = [(combined[1] or "") + part for part in combined[2].split(":")]
         else:
             names = [name] * arrays
-        if len(names) != arrays:
+        if arrays > 1 and len(names) != arrays:
             raise ValueError(f"{kind} sends {arrays} arrays but is named {name!r}")
         found += [(kind, part) for part in names]
     return found

@@ -324,6 +324,26 @@ def test_collective_ops_and_array_origins():
     assert helpers.count_collective_arrays(FakeCompiled(SLICE)) == {}
 
 
+# XLA:GPU packs two combined all-reduces into one buffer (its concatenate), one operand
+PACKED = (
+    "  %all-reduce.21 = f32[33280]{0} all-reduce(%wrapped_concatenate), channel_id=10, "
+    "replica_groups=mesh['data'=2,'model'=4] {'model'}, use_global_device_ids=true, "
+    'to_apply=%region_18.19.clone, metadata={op_name="jit(<lambda>)/(transpose(jvp('
+    'jit(log_softmax)))/reduce_sum:jvp()/gather)" stack_frame_id=62}'
+)
+
+
+def test_array_origins_counts_each_array_packed_into_one_buffer():
+    assert helpers.collective_ops(FakeCompiled(PACKED))[0][:2] == ("all-reduce", 1)
+    assert helpers.array_origins(FakeCompiled(PACKED)) == [
+        ("all-reduce", "transpose(jvp(jit(log_softmax)))/reduce_sum"),
+        ("all-reduce", "jvp()/gather"),
+    ]
+    assert helpers.count_collective_arrays(FakeCompiled(PACKED), backward=True) == {
+        "all-reduce": 1
+    }
+
+
 def test_array_origins_refuses_a_name_that_does_not_list_every_array():
     two_names = COMBINED.replace("reduce_sum:transpose(jvp())/", "")
     with pytest.raises(ValueError, match="all-reduce sends 3 arrays"):
