@@ -289,7 +289,8 @@ def array_origins(compiled) -> list:
     collectives of one kind into one op, whose name lists its arrays' names as
     (a:b:...) after any shared prefix; an op that sends several arrays for one JAX
     operation has that one name. XLA:GPU may also pack combined arrays into one
-    buffer: one operand named (a:b:...) counts as one array per name."""
+    buffer: one operand named (a:b:...) counts as one array per name; one packed
+    under a plain name (the arrays of one JAX operation) counts as one array."""
     found = []
     for kind, arrays, name in collective_ops(compiled):
         name = name.split("/", 1)[-1]                      # drop the jit(...) prefix
