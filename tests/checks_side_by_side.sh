@@ -14,7 +14,8 @@
 py="$1"; shift
 mkdir -p _build
 tests/phase.sh "static tests" "$py" -m pytest tests/test_sources.py tests/test_outputs.py \
-  tests/test_helpers.py tests/test_bootstrap.py tests/test_bench.py > _build/static.log 2>&1 &
+  tests/test_helpers.py tests/test_bootstrap.py tests/test_bench.py tests/test_compile_cache.py \
+  > _build/static.log 2>&1 &
 static=$!
 { tests/phase.sh "site" make --no-print-directory site \
     && tests/phase.sh "browser" "$py" -m pytest tests/test_browser.py; } > _build/site.log 2>&1 &
