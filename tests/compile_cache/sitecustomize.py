@@ -8,9 +8,12 @@ of CPU devices). Compiling one program twice gives the same result (the stored
 outputs, compared in every run, rely on that), so the second pass to reach a program
 reads what the first one's compiler made of it instead of compiling it again. A build
 is keyed by everything that goes into the compile: the lowered module as text, the
-devices it is compiled for, the compiler options, XLA_FLAGS but for its CPU-only and
-device-count flags, LIBTPU_INIT_ARGS. A pass that reaches a key another is compiling
-waits for it (a lock per key).
+devices it is compiled for and their topology (an H100 target's description included),
+the compiler options and the JAX settings that make compile options, XLA_FLAGS but for
+its CPU-only and device-count flags, LIBTPU_INIT_ARGS. A pass that reaches a key
+another is compiling waits for it (a lock per key). Compiles are not recorded where
+XLA is asked to log its info or verbose lines (TF_CPP_MIN_LOG_LEVEL=0, TF_CPP_VMODULE,
+TF_CPP_MAX_VLOG_LEVEL: a caller may read the log).
 
 Read from the record: the compiled program's HLO text (as_text), its cost_analysis
 and memory_analysis, and the files an XLA dump wrote (xla_dump_to: the schedule
@@ -59,11 +62,15 @@ def _flags(text):
 
 
 def key_of(lowered, compiler_options):
-    """The record's key for one compile, None where it is not recorded."""
+    """The record's key for one compile, None where it is not recorded: not for the
+    CPU, nor beside a real accelerator, nor where XLA is asked to log more than JAX's
+    default (a caller may read what the compile logs)."""
     import hashlib
     import json
 
     import jax
+    from jax._src import config
+    from jax._src.lib import _jax
 
     lowering = lowered._lowering
     devices = getattr(lowering, "_device_list", None)
@@ -73,17 +80,47 @@ def key_of(lowered, compiler_options):
         or backend is None
         or backend.platform == "cpu"
         or jax.default_backend() != "cpu"
+        or os.environ.get("TF_CPP_VMODULE")
+        or os.environ.get("TF_CPP_MAX_VLOG_LEVEL")
+        or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") == "0"  # JAX's default: 1
     ):
         return None
+    try:  # the compile-only topology, the GPU's target description included
+        topology = _jax.get_topology_for_devices(list(devices)).serialize().hex()
+    except Exception:  # libtpu does not serialize a topology of several slices
+        topology = repr(
+            [
+                (
+                    d.device_kind,
+                    getattr(d, "coords", None),
+                    getattr(d, "slice_index", None),
+                )
+                for d in devices
+            ]
+        )
     options = dict(getattr(lowering, "_compiler_options_kvs", ()))
     options.update(compiler_options or {})
     dumped = options.pop("xla_dump_to", None) is not None
+    settings = [  # what JAX's get_compile_options reads from its configuration
+        c.value
+        for c in (
+            config.use_shardy_partitioner,
+            config.optimization_level,
+            config.memory_fitting_level,
+            config.enable_remat_opt_pass,
+            config.jax_xla_profile_version,
+            config.compilation_cache_dir,
+            config.persistent_cache_enable_xla_caches,
+        )
+    ]
     parts = [
         lowered.as_text(),
         json.dumps(sorted((k, repr(v)) for k, v in options.items())),
         str(dumped),
         backend.platform,
         repr(list(devices)),
+        topology,
+        repr(settings),
         _flags(os.environ.get("XLA_FLAGS", "")),
         os.environ.get("LIBTPU_INIT_ARGS", ""),
         jax.__version__,
