@@ -4,8 +4,8 @@ changes the key."""
 
 import json
 import os
-import subprocess
-import sys
+
+from tests.test_helpers import run_on_simulated_devices
 
 ROOT = os.path.dirname(os.path.dirname(__file__))
 
@@ -50,22 +50,7 @@ print(json.dumps(seen))
 
 
 def run(env_extra):
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "JAX_NUM_CPU_DEVICES": "8",
-        **env_extra,
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", PROGRAM],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return json.loads(run_on_simulated_devices(PROGRAM, 8, **env_extra))
 
 
 def test_a_recorded_build_reads_as_a_fresh_compile(tmp_path):

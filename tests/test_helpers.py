@@ -16,10 +16,16 @@ from tests import helpers
 ROOT = os.path.dirname(os.path.dirname(__file__))
 
 
-def run_on_simulated_devices(code: str, devices: int) -> str:
+def run_on_simulated_devices(code: str, devices: int, **env_extra: str) -> str:
     """Run `code` in a fresh Python process with `devices` simulated CPU devices (JAX
-    fixes the count when it starts) and return what it printed; fail if it fails."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices)}
+    fixes the count when it starts) and `env_extra` added to its environment, and
+    return what it printed; fail if it fails."""
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_NUM_CPU_DEVICES": str(devices),
+        **env_extra,
+    }
     out = subprocess.run(
         [sys.executable, "-c", code],
         env=env,
