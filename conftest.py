@@ -71,7 +71,11 @@ def pytest_configure(config):
             # optimisations: the same programs, compiled faster and run a little slower
             # (chapter 1 at 64 devices: 42 s of kernel CPU instead of 60; chapter 6: 86
             # instead of 90). The HLO is unchanged: collectives, layouts and the TPU
-            # and GPU compilers' programs read the same.
+            # and GPU compilers' programs read the same. The flag is XLA's, not the CPU
+            # backend's: libtpu and XLA:GPU's compile-only builds take it too (their
+            # HLO and memory figures were the same at 0 and 3, wip/reviews/
+            # level0-audit.md), so a cell that compares a level with XLA's default
+            # gives the default's level, 3, per compile (chapters 5, 6, 7, 9 and 11).
             flags = os.environ.get("XLA_FLAGS", "")
             os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0"
     if BOOK_CPU == "varied":
