@@ -470,9 +470,12 @@ def lowered_flops(lowered) -> float:
 # ("1x2x8" would be one NVLink domain spanning both hosts, as a GB200 NVL72 rack's 18
 # trays of 4 GPUs are one).
 TARGETS = {
+    # Names count chips or GPUs. Cloud TPU names a v5p slice by its TensorCores, two a
+    # chip: "tpu-v5p-8" is what Cloud TPU calls a v5p-16, "tpu-v5p-64" a v5p-128.
     "cpu": ("the CPU devices the bootstrap made (XLA:CPU)", None, None),
     "tpu-v5e-8": ("TPU v5e, one 2x4 slice", "libtpu", (1, "v5e:2x4")),
-    "tpu-v5p-64": ("TPU v5p, one 4x4x4 slice", "libtpu", (1, "v5p:4x4x4")),
+    "tpu-v5p-64": ("TPU v5p, 64 chips in one 4x4x4 slice (v5p-128)", "libtpu",
+                   (1, "v5p:4x4x4")),
     "tpu-v5e-2x4": ("TPU v5e, two 2x2 slices over DCN", "libtpu", (2, "v5e:2x2")),
     "h100-8": ("8 H100 SXM, one host", "jax-cuda13-pjrt", (1, "1x1x8")),
     "h100-2x8": ("2 hosts of 8 H100 SXM, each its own NVLink domain",
@@ -480,7 +483,8 @@ TARGETS = {
     # other slice sizes, for the chapters that ask whether a choice is the chip count's
     "tpu-v5e-4": ("TPU v5e, one 2x2 slice", "libtpu", (1, "v5e:2x2")),
     "tpu-v5e-16": ("TPU v5e, one 4x4 slice", "libtpu", (1, "v5e:4x4")),
-    "tpu-v5p-8": ("TPU v5p, one 2x2x2 slice", "libtpu", (1, "v5p:2x2x2")),
+    "tpu-v5p-8": ("TPU v5p, 8 chips in one 2x2x2 slice (v5p-16)", "libtpu",
+                  (1, "v5p:2x2x2")),
     "h100-4x8": ("4 hosts of 8 H100 SXM", "jax-cuda13-pjrt", (4, "4x1x8")),
 }
 # What the CUDA plugin compiles for: the H100 SXM 80GB as XLA describes it, a
