@@ -509,6 +509,34 @@ device_description_str: "NVIDIA H100 80GB HBM3"
 """
 
 
+def device_total(stats) -> int:
+    """Bytes of device memory a compiled program's buffers take on one device, from its
+    memory_analysis(): arguments, outputs not written into an argument, temporaries."""
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes
+            - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+
+
+def device_figure(target: str, stats) -> int:
+    """The bytes one device holds for a compiled program, read from each compiler's own
+    memory_analysis() as chapter 7 reads them (its accumulation section says why):
+    libtpu's peak on a TPU, device_total elsewhere. Fails where a compiler's peak is
+    not what chapter 7 says it is."""
+    buffers = device_total(stats) - stats.temp_size_in_bytes  # args + out - aliases
+    peak = stats.peak_memory_in_bytes
+    if target == "cpu":  # XLA:CPU: the buffers alone (within a KiB), no temporaries
+        assert 0 <= peak - buffers <= 1024, (target, peak, buffers)
+    elif target.startswith("h100"):  # XLA:GPU: temporaries in, and host memory too:
+        # up to device_total, or the host temporaries beside the buffers where larger
+        # (an offloaded program), plus what it reads from host memory
+        host = stats.host_temp_size_in_bytes + buffers
+        limit = max(device_total(stats), host) + stats.host_argument_size_in_bytes
+        assert buffers < peak <= limit + 1024, (target, peak, buffers, limit)
+    else:  # libtpu: its own figure, above the buffers
+        assert peak > buffers, (target, peak, buffers)
+        return peak
+    return device_total(stats)
+
+
 def target_devices(target: str) -> list | None:
     """The devices of a compile target: the CPU devices JAX runs on, or compile-only
     TPU or H100 devices (None, after one line saying what to install, when the

@@ -1187,3 +1187,33 @@ def test_timeline_exposed_spans_sum_to_exposed():
         [("k", "compute", 10.0, 20.0), ("g", "all-gather", 5.0, 30.0)]
     )
     assert timeline.exposed_spans() == [(5.0, 10.0), (20.0, 30.0)]
+
+
+def _memory(peak, temp, args=100, out=40, alias=20, host_temp=0, host_args=0):
+    """A stand-in for a compiled program's memory_analysis() (bytes)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        argument_size_in_bytes=args,
+        output_size_in_bytes=out,
+        alias_size_in_bytes=alias,
+        temp_size_in_bytes=temp,
+        peak_memory_in_bytes=peak,
+        host_temp_size_in_bytes=host_temp,
+        host_argument_size_in_bytes=host_args,
+    )
+
+
+def test_device_figure_reads_each_compiler_as_chapter_7_does():
+    # buffers: 100 + 40 - 20 = 120; with 50 of temporaries the device total is 170
+    assert helpers.device_total(_memory(peak=0, temp=50)) == 170
+    assert helpers.device_figure("cpu", _memory(peak=120, temp=0)) == 120
+    assert helpers.device_figure("h100-8", _memory(peak=160, temp=50)) == 170
+    assert helpers.device_figure("tpu-v5e-8", _memory(peak=150, temp=500)) == 150
+    for target, stats in (
+        ("cpu", _memory(peak=120 + 2048, temp=0)),  # XLA:CPU's peak past its buffers
+        ("h100-8", _memory(peak=170 + 2048, temp=50)),  # XLA:GPU's past the total
+        ("tpu-v5e-8", _memory(peak=100, temp=50)),  # libtpu's under its buffers
+    ):
+        with pytest.raises(AssertionError):
+            helpers.device_figure(target, stats)
